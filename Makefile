@@ -1,0 +1,46 @@
+# hypsearch: `make run` serves the demo, `make test` runs the whole suite.
+# Both do all set-up first: Debian data packages, a .venv, the project.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+HYPSEARCH_HOME ?= $(CURDIR)/var
+export HYPSEARCH_HOME
+
+FMNIST_DIR := /usr/share/datasets/fashion-mnist
+WORDNET_DIR := /usr/share/wordnet
+
+.PHONY: run test setup data venv bench clean
+
+run: setup
+	$(BIN)/hypsearch demo
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+setup: data $(VENV)/.installed
+
+# Debian packages with the data sets; installed only when missing.
+data:
+	@missing=""; \
+	[ -f $(FMNIST_DIR)/t10k-labels-idx1-ubyte.gz ] || [ -f $(FMNIST_DIR)/t10k-labels-idx1-ubyte ] || missing="$$missing dataset-fashion-mnist"; \
+	[ -f $(WORDNET_DIR)/data.noun ] || missing="$$missing wordnet-base"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+
+$(VENV)/.installed: pyproject.toml
+	[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	# torch is pinned to the CPU build (see README); install it first so nothing pulls a CUDA build.
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $@
+
+bench: setup
+	$(BIN)/python -m pip install -q -e '.[test,bench]'
+
+clean:
+	rm -rf $(VENV) *.egg-info
