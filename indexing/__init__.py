@@ -1,0 +1,1 @@
+"""hypsearch indexing: the durable store and hyperbolic nearest-neighbour search."""

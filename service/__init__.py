@@ -1,0 +1,1 @@
+"""hypsearch service: the ``hypsearch`` CLI and the REST API."""
