@@ -1,0 +1,825 @@
+"""Label hierarchies (taxonomies): a DAG of string node names with integer ids.
+
+A taxonomy is a directed acyclic graph of ``child -> parent`` edges; a node
+may have several parents (WordNet has multiple inheritance).  Whatever form
+the edges come in -- only the direct edges, the full transitive closure, or
+anything in between -- they are reduced to the *transitive reduction* (the
+direct "parent" edges), so every form of the same hierarchy loads to an equal
+:class:`Taxonomy` with the same ids.
+
+File format (``.tsv``): one ``child<TAB>parent`` per line; blank lines and
+lines starting with ``#`` are ignored.  A node with neither parent nor child
+cannot be written in an edge list, so :meth:`Taxonomy.to_tsv` drops such
+isolated nodes.
+
+Conventions
+-----------
+* Node ids are the positions of the names in ``sorted(names)``: the same
+  hierarchy always gets the same ids whatever the file order or form.
+* ``depth(n)`` is the length of the *shortest* upward path from ``n`` to a
+  root; roots have depth 0.
+* ``ancestors``/``descendants`` are proper (never contain the node itself) and
+  follow all paths.
+* Every query taking a node accepts its name or its integer id.
+"""
+
+from __future__ import annotations
+
+import difflib
+import gc
+import heapq
+import os
+import re
+import tempfile
+from bisect import bisect_left
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from itertools import chain
+
+import numpy as np
+
+__all__ = [
+    "DEFAULT_WORDNET_DIR",
+    "Taxonomy",
+    "TaxonomyError",
+    "UnknownLabelError",
+]
+
+DEFAULT_WORDNET_DIR = "/usr/share/wordnet"
+
+_SYNSET_NAME = re.compile(r"^(.+)\.([a-z])\.(\d+)$")
+_MAX_CYCLE_SHOWN = 8
+
+
+class TaxonomyError(ValueError):
+    """A taxonomy could not be built or loaded (one-line message)."""
+
+
+class UnknownLabelError(TaxonomyError):
+    """A label (node name or word) is not in the taxonomy.
+
+    ``text`` is the text asked for, ``suggestions`` close matches (node names
+    or words, best first; possibly empty).
+    """
+
+    def __init__(self, text: str, suggestions: Iterable[str] = ()):
+        self.text = text
+        self.suggestions = list(suggestions)
+        msg = f"unknown label {text!r}"
+        if self.suggestions:
+            msg += "; did you mean: " + ", ".join(self.suggestions)
+        super().__init__(msg)
+
+    def __reduce__(self):
+        return (type(self), (self.text, self.suggestions))
+
+
+class _EdgeError(TaxonomyError):
+    """Internal: an error about one edge, so that file loaders can add a line number."""
+
+    def __init__(self, message: str, edge: tuple[str, str]):
+        super().__init__(message)
+        self.edge = edge
+
+
+def _norm(text: str) -> str:
+    """Lookup key of a word or phrase: lowercase, whitespace runs -> ``_``."""
+    return "_".join(text.strip().lower().split())
+
+
+def _word_of_name(name: str) -> tuple[str, int]:
+    """Word and sense rank derived from a node name (``gym_shoe.n.01`` -> ``gym_shoe``, 1)."""
+    m = _SYNSET_NAME.match(name)
+    if m:
+        return m.group(1), int(m.group(3))
+    return name, 0
+
+
+class Taxonomy:
+    """An immutable DAG over string node names with integer ids (``names[id]``).
+
+    Build with :meth:`from_edges`, :meth:`from_tsv` or :meth:`from_wordnet`.
+    The arrays and lists handed out are shared: do not mutate them.
+    """
+
+    __slots__ = (
+        "_names",
+        "_index",
+        "_parents",
+        "_children",
+        "_anc_ptr",
+        "_anc_idx",
+        "_desc",
+        "_depth",
+        "_lemmas",
+        "_glosses",
+        "_word_index",
+        "_words_src",
+        "_lower_names",
+        "_vocab",
+        "_hash",
+    )
+
+    # ------------------------------------------------------------------ build
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError(
+            "build a Taxonomy with Taxonomy.from_edges, from_tsv or from_wordnet"
+        )
+
+    @classmethod
+    def from_edges(
+        cls, edges: Iterable[tuple[str, str]], nodes: Iterable[str] = ()
+    ) -> Taxonomy:
+        """Build from ``(child, parent)`` pairs (direct edges, closure, or a mix).
+
+        *nodes* adds nodes (possibly isolated).  Duplicate edges are fine;
+        self-loops and cycles raise :class:`TaxonomyError` naming an edge.
+        """
+        return cls._build(edges, nodes)
+
+    @classmethod
+    def _build(
+        cls,
+        edges: Iterable[tuple[str, str]],
+        nodes: Iterable[str] = (),
+        *,
+        lemmas: dict[str, list[str]] | None = None,
+        glosses: dict[str, str] | None = None,
+        word_index: dict[str, list[str]] | None = None,
+    ) -> Taxonomy:
+        # many small containers, no reference cycles: pause the cyclic GC
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return cls._build_impl(edges, nodes, lemmas, glosses, word_index)
+        finally:
+            if was_enabled:
+                gc.enable()
+
+    @classmethod
+    def _build_impl(cls, edges, nodes, lemmas, glosses, word_index) -> Taxonomy:
+        edge_list: list[tuple[str, str]] = []
+        for e in edges:
+            try:
+                c, p = e
+            except (TypeError, ValueError):
+                raise TaxonomyError(f"an edge must be a (child, parent) pair, got {e!r}") from None
+            if c == p:
+                raise _EdgeError(f"self-loop edge {c!r} -> {p!r}", (c, p))
+            edge_list.append((c, p))
+        name_set = {nodes} if isinstance(nodes, str) else set(nodes)
+        name_set.update(chain.from_iterable(edge_list))
+        for n in name_set:
+            if not isinstance(n, str) or not n or n != n.strip() or "\t" in n or "\n" in n:
+                raise TaxonomyError(
+                    f"invalid node name {n!r} (need a non-empty string without tabs, "
+                    "newlines or surrounding whitespace)"
+                )
+        names = sorted(name_set)
+        index = {n: i for i, n in enumerate(names)}
+        n_nodes = len(names)
+
+        # candidate parents (any ancestor the input names) per node
+        cand: list[set[int] | None] = [None] * n_nodes
+        for c, p in edge_list:
+            ci = index[c]
+            s = cand[ci]
+            if s is None:
+                cand[ci] = {index[p]}
+            else:
+                s.add(index[p])
+
+        # Kahn: parents before children; level = longest path from a root
+        kids: list[list[int]] = [[] for _ in range(n_nodes)]
+        missing = [0] * n_nodes
+        for ci, s in enumerate(cand):
+            if s:
+                missing[ci] = len(s)
+                for pi in s:
+                    kids[pi].append(ci)
+        level = [0] * n_nodes
+        order = [i for i in range(n_nodes) if missing[i] == 0]
+        k = 0
+        while k < len(order):
+            pi = order[k]
+            k += 1
+            lv = level[pi] + 1
+            for ci in kids[pi]:
+                if level[ci] < lv:
+                    level[ci] = lv
+                missing[ci] -= 1
+                if missing[ci] == 0:
+                    order.append(ci)
+        del kids
+        if len(order) < n_nodes:
+            cls._raise_cycle(names, cand, missing, edge_list, index)
+
+        # transitive reduction + ancestor sets, in topological order.  A
+        # candidate parent is redundant iff it is an ancestor of another
+        # candidate; scanning candidates deepest-first, it is then already
+        # covered by the ancestors of a kept (deeper) candidate.
+        anc: list[set[int]] = [set()] * n_nodes
+        parents: list[tuple[int, ...]] = [()] * n_nodes
+        for ci in order:
+            s = cand[ci]
+            if not s:
+                continue
+            if len(s) == 1:
+                (pi,) = s
+                a = set(anc[pi])
+                a.add(pi)
+                parents[ci] = (pi,)
+            else:
+                a = set()
+                kept = []
+                for pi in sorted(s, key=level.__getitem__, reverse=True):
+                    if pi not in a:
+                        kept.append(pi)
+                        a |= anc[pi]
+                a.update(kept)
+                kept.sort()
+                parents[ci] = tuple(kept)
+            anc[ci] = a
+            cand[ci] = None
+        del cand, edge_list
+
+        self = object.__new__(cls)
+        self._names = names
+        self._index = index
+        self._parents = parents
+        children: list[list[int]] = [[] for _ in range(n_nodes)]
+        for ci in range(n_nodes):
+            for pi in parents[ci]:
+                children[pi].append(ci)  # ci ascending -> children sorted
+        self._children = [tuple(c) for c in children]
+        counts = np.fromiter((len(a) for a in anc), dtype=np.int64, count=n_nodes)
+        ptr = np.zeros(n_nodes + 1, dtype=np.int64)
+        np.cumsum(counts, out=ptr[1:])
+        idx = np.fromiter(
+            chain.from_iterable(sorted(a) for a in anc), dtype=np.int32, count=int(ptr[-1])
+        )
+        del anc
+        ptr.flags.writeable = False
+        idx.flags.writeable = False
+        self._anc_ptr = ptr
+        self._anc_idx = idx
+        self._desc = None
+
+        depth = np.full(n_nodes, -1, dtype=np.int32)
+        queue = deque(i for i in range(n_nodes) if not parents[i])
+        for i in queue:
+            depth[i] = 0
+        while queue:
+            pi = queue.popleft()
+            d = depth[pi] + 1
+            for ci in self._children[pi]:
+                if depth[ci] < 0:
+                    depth[ci] = d
+                    queue.append(ci)
+        depth.flags.writeable = False
+        self._depth = depth
+
+        self._lemmas = (
+            None if lemmas is None else {n: list(lemmas.get(n, ())) for n in names}
+        )
+        self._glosses = None if glosses is None else {n: glosses.get(n, "") for n in names}
+        self._words_src = word_index
+        self._word_index = None
+        self._lower_names = None
+        self._vocab = None
+        self._hash = None
+        return self
+
+    @staticmethod
+    def _raise_cycle(names, cand, missing, edge_list, index):
+        # Every node left over by Kahn has a left-over parent: walking up
+        # through left-over parents must come back to a node already seen.
+        start = min(i for i, m in enumerate(missing) if m > 0)
+        seen: dict[int, int] = {}
+        path: list[int] = []
+        x = start
+        while x not in seen:
+            seen[x] = len(path)
+            path.append(x)
+            x = min(p for p in cand[x] if missing[p] > 0)
+        cyc = path[seen[x] :] + [x]  # child -> parent -> ... -> back to start
+        cyc_edges = {(names[a], names[b]) for a, b in zip(cyc, cyc[1:])}
+        # name the edge of the cycle that comes last in the input (the one that closed it)
+        edge = max((i, e) for i, e in enumerate(edge_list) if e in cyc_edges)[1]
+        # show the cycle starting at the named edge
+        k = cyc.index(index[edge[0]])
+        ring = cyc[k:-1] + cyc[:k] + [cyc[k]]
+        shown = [names[i] for i in ring]
+        if len(shown) > _MAX_CYCLE_SHOWN:
+            shown = shown[: _MAX_CYCLE_SHOWN - 1] + ["...", shown[-1]]
+        raise _EdgeError(
+            f"cycle at edge {edge[0]!r} -> {edge[1]!r} (child -> parent): "
+            + " -> ".join(shown),
+            edge,
+        )
+
+    @classmethod
+    def from_tsv(cls, path: str | os.PathLike) -> Taxonomy:
+        """Load a ``child<TAB>parent`` edge list (closure or direct edges).
+
+        Errors name the file and line: a line without exactly two non-empty
+        tab-separated fields, a self-loop, an edge that closes a cycle.
+        """
+        path = os.fspath(path)
+        edges: list[tuple[str, str]] = []
+        try:
+            with open(path, encoding="utf-8") as f:
+                for lineno, line in enumerate(f, 1):
+                    s = line.rstrip("\r\n")
+                    t = s.strip()
+                    if not t or t[0] == "#":
+                        continue
+                    parts = s.split("\t")
+                    if len(parts) != 2 or not parts[0].strip() or not parts[1].strip():
+                        shown = s if len(s) <= 80 else s[:77] + "..."
+                        raise TaxonomyError(
+                            f"{path}:{lineno}: malformed line, expected 'child<TAB>parent' "
+                            f"(got {len(parts)} field(s)): {shown!r}"
+                        )
+                    c = parts[0].strip()
+                    p = parts[1].strip()
+                    if c == p:
+                        raise TaxonomyError(f"{path}:{lineno}: self-loop edge {c!r} -> {p!r}")
+                    edges.append((c, p))
+        except FileNotFoundError:
+            raise TaxonomyError(f"taxonomy file not found: {path}") from None
+        except IsADirectoryError:
+            raise TaxonomyError(f"taxonomy path is a directory: {path}") from None
+        except UnicodeDecodeError as e:
+            raise TaxonomyError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+        if not edges:
+            raise TaxonomyError(f"{path}: no edges")
+        try:
+            return cls._build(edges)
+        except _EdgeError as e:
+            lineno = cls._find_line(path, e.edge)
+            raise TaxonomyError(f"{path}:{lineno}: {e}") from None
+
+    @staticmethod
+    def _find_line(path: str, edge: tuple[str, str]) -> int | str:
+        with open(path, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                parts = line.rstrip("\r\n").split("\t")
+                if len(parts) == 2 and (parts[0].strip(), parts[1].strip()) == edge:
+                    return lineno
+        return "?"
+
+    @classmethod
+    def from_wordnet(
+        cls, wordnet_dir: str | os.PathLike = DEFAULT_WORDNET_DIR, root: str | None = None
+    ) -> Taxonomy:
+        """The WordNet noun hierarchy (hypernyms and instance hypernyms).
+
+        With *root* (a synset name such as ``"mammal.n.01"``) only ``root`` and
+        its descendants are kept, with the edges among them.  Node words
+        (``lemmas``), glosses and the WordNet sense order come along for
+        :meth:`resolve` and :meth:`complete`.
+        """
+        from models.wordnet import load_wordnet_nouns
+
+        wn = load_wordnet_nouns(wordnet_dir)
+        if root is None:
+            keep: Iterable[str] = wn.names
+            keep_set = None
+        else:
+            if root not in wn.lemmas:
+                sugg = list(wn.word_index.get(_norm(root), ()))[:5]
+                for m in difflib.get_close_matches(root, wn.names, n=5, cutoff=0.7):
+                    if m not in sugg:
+                        sugg.append(m)
+                msg = f"unknown WordNet noun synset {root!r}"
+                if sugg:
+                    msg += "; did you mean: " + ", ".join(sugg[:8])
+                raise TaxonomyError(msg)
+            children: dict[str, list[str]] = {}
+            for c, ps in wn.parents.items():
+                for p in ps:
+                    children.setdefault(p, []).append(c)
+            keep_set = {root}
+            stack = [root]
+            while stack:
+                for c in children.get(stack.pop(), ()):
+                    if c not in keep_set:
+                        keep_set.add(c)
+                        stack.append(c)
+            keep = [n for n in wn.names if n in keep_set]
+        edges = (
+            (c, p)
+            for c in keep
+            for p in wn.parents[c]
+            if keep_set is None or p in keep_set
+        )
+        return cls._build(
+            edges, keep, lemmas=wn.lemmas, glosses=wn.gloss, word_index=wn.word_index
+        )
+
+    def subtree(self, root: str | int) -> Taxonomy:
+        """*root* and all its descendants, with the edges among them (metadata kept)."""
+        r = self._id(root)
+        keep = [r, *self._desc_row(r).tolist()]
+        names = self._names
+        keep_set = set(keep)
+        edges = [(names[c], names[p]) for c in keep for p in self._parents[c] if p in keep_set]
+        return type(self)._build(
+            edges,
+            (names[i] for i in keep),
+            lemmas=self._lemmas,
+            glosses=self._glosses,
+            word_index=self._words_src,
+        )
+
+    def to_tsv(self, path: str | os.PathLike, closure: bool = True) -> None:
+        """Write ``child<TAB>parent`` lines atomically (temp file + ``os.replace``).
+
+        ``closure=True`` writes every (descendant, ancestor) pair, else only the
+        direct edges.  Both load back to an equal taxonomy; isolated nodes
+        (no parent, no child) cannot be written and are dropped.
+        """
+        path = os.fspath(path)
+        pairs = self.closure_edges() if closure else self.direct_edges()
+        names = self._names
+        kind = "transitive closure" if closure else "direct edges"
+        header = (
+            f"# hypsearch taxonomy: {len(self)} nodes, {len(pairs)} edges ({kind}); "
+            "child<TAB>parent\n"
+        )
+        body = "".join(f"{names[c]}\t{names[p]}\n" for c, p in pairs.tolist())
+        folder = os.path.dirname(os.path.abspath(path))
+        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",
+                                   dir=folder)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+                f.write(header)
+                f.write(body)
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+
+    # ------------------------------------------------------------ basic info
+
+    @property
+    def names(self) -> list[str]:
+        """Node names; ``names[i]`` is the node with id ``i`` (sorted order)."""
+        return self._names
+
+    @property
+    def lemmas(self) -> dict[str, list[str]] | None:
+        """Synset -> its WordNet lemma words (taxonomies from WordNet), else ``None``."""
+        return self._lemmas
+
+    @property
+    def glosses(self) -> dict[str, str] | None:
+        """Synset -> WordNet definition (taxonomies from WordNet), else ``None``."""
+        return self._glosses
+
+    @property
+    def depths(self) -> np.ndarray:
+        """Read-only int32 array: ``depths[i] == depth(i)``."""
+        return self._depth
+
+    @property
+    def max_depth(self) -> int:
+        return int(self._depth.max()) if len(self._names) else 0
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._index
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __repr__(self) -> str:
+        return (
+            f"Taxonomy({len(self)} nodes, {sum(map(len, self._parents))} direct edges, "
+            f"{len(self._anc_idx)} closure edges, max_depth={self.max_depth})"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Taxonomy):
+            return NotImplemented
+        return self._names == other._names and self._parents == other._parents
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash((tuple(self._names), tuple(self._parents)))
+        return self._hash
+
+    def index(self, name: str) -> int:
+        """Id of node *name* (raises :class:`UnknownLabelError`)."""
+        try:
+            return self._index[name]
+        except (KeyError, TypeError):
+            raise UnknownLabelError(str(name), self.suggest(str(name))) from None
+
+    def _id(self, node: str | int) -> int:
+        if isinstance(node, str):
+            return self.index(node)
+        if isinstance(node, (int, np.integer)) and not isinstance(node, bool):
+            i = int(node)
+            if 0 <= i < len(self._names):
+                return i
+            raise UnknownLabelError(str(node)) from None
+        raise TypeError(f"node must be a name or an id, got {type(node).__name__}")
+
+    # --------------------------------------------------------- graph queries
+
+    def roots(self) -> list[str]:
+        """Nodes without parents (sorted)."""
+        return [n for n, p in zip(self._names, self._parents) if not p]
+
+    def leaves(self) -> list[str]:
+        """Nodes without children (sorted)."""
+        return [n for n, c in zip(self._names, self._children) if not c]
+
+    def parents(self, name: str | int) -> list[str]:
+        """Direct parents (after transitive reduction), sorted."""
+        return [self._names[i] for i in self._parents[self._id(name)]]
+
+    def children(self, name: str | int) -> list[str]:
+        """Direct children, sorted."""
+        return [self._names[i] for i in self._children[self._id(name)]]
+
+    def parent_ids(self, node: str | int) -> tuple[int, ...]:
+        return self._parents[self._id(node)]
+
+    def child_ids(self, node: str | int) -> tuple[int, ...]:
+        return self._children[self._id(node)]
+
+    def _anc_row(self, i: int) -> np.ndarray:
+        return self._anc_idx[self._anc_ptr[i] : self._anc_ptr[i + 1]]
+
+    def _desc_row(self, i: int) -> np.ndarray:
+        if self._desc is None:
+            counts = np.diff(self._anc_ptr)
+            rows = np.repeat(np.arange(len(self._names), dtype=np.int32), counts)
+            order = np.argsort(self._anc_idx, kind="stable")
+            idx = rows[order]
+            ptr = np.zeros(len(self._names) + 1, dtype=np.int64)
+            np.cumsum(np.bincount(self._anc_idx, minlength=len(self._names)), out=ptr[1:])
+            ptr.flags.writeable = False
+            idx.flags.writeable = False
+            self._desc = (ptr, idx)
+        ptr, idx = self._desc
+        return idx[ptr[i] : ptr[i + 1]]
+
+    def ancestor_ids(self, node: str | int) -> np.ndarray:
+        """Sorted ids of the proper ancestors (read-only array)."""
+        return self._anc_row(self._id(node))
+
+    def descendant_ids(self, node: str | int) -> np.ndarray:
+        """Sorted ids of the proper descendants (read-only array)."""
+        return self._desc_row(self._id(node))
+
+    def ancestors(self, name: str | int) -> set[str]:
+        """Proper ancestors along all paths."""
+        names = self._names
+        return {names[i] for i in self._anc_row(self._id(name)).tolist()}
+
+    def descendants(self, name: str | int) -> set[str]:
+        """Proper descendants along all paths."""
+        names = self._names
+        return {names[i] for i in self._desc_row(self._id(name)).tolist()}
+
+    def is_ancestor(self, ancestor: str | int, node: str | int) -> bool:
+        """True when *ancestor* is a proper ancestor of *node*."""
+        a = self._id(ancestor)
+        row = self._anc_row(self._id(node))
+        k = int(np.searchsorted(row, a))
+        return k < len(row) and int(row[k]) == a
+
+    def depth(self, name: str | int) -> int:
+        """Length of the shortest upward path to a root (roots: 0)."""
+        return int(self._depth[self._id(name)])
+
+    def _up_dists(self, i: int) -> dict[int, int]:
+        dist = {i: 0}
+        queue = deque((i,))
+        while queue:
+            x = queue.popleft()
+            d = dist[x] + 1
+            for p in self._parents[x]:
+                if p not in dist:
+                    dist[p] = d
+                    queue.append(p)
+        return dist
+
+    def lca(self, a: str | int, b: str | int) -> str | None:
+        """Deepest common ancestor-or-self of *a* and *b*.
+
+        Deepest = largest :meth:`depth`; ties go to the smallest id (name
+        order).  ``None`` when *a* and *b* share no ancestor (different roots).
+        """
+        i, j = self._id(a), self._id(b)
+        common = set(self._anc_row(i).tolist())
+        common.add(i)
+        other = set(self._anc_row(j).tolist())
+        other.add(j)
+        common &= other
+        if not common:
+            return None
+        depth = self._depth
+        best = max(common, key=lambda m: (int(depth[m]), -m))
+        return self._names[best]
+
+    def hops(self, a: str | int, b: str | int) -> int | None:
+        """Shortest path length between *a* and *b* through a common ancestor-or-self.
+
+        ``min over m of dist(a, m) + dist(b, m)`` with ``dist`` the shortest
+        upward path over direct edges; 0 for ``a == b``, 1 for a parent.
+        ``None`` when no common ancestor exists.
+        """
+        da = self._up_dists(self._id(a))
+        db = self._up_dists(self._id(b))
+        if len(db) < len(da):
+            da, db = db, da
+        best = None
+        for m, d in da.items():
+            e = db.get(m)
+            if e is not None and (best is None or d + e < best):
+                best = d + e
+        return best
+
+    def siblings(self, name: str | int) -> set[str]:
+        """Nodes sharing at least one parent with *name*, not itself."""
+        i = self._id(name)
+        out = {c for p in self._parents[i] for c in self._children[p]}
+        out.discard(i)
+        return {self._names[c] for c in out}
+
+    def cousins(self, name: str | int) -> set[str]:
+        """Nodes sharing a grandparent with *name* but no parent.
+
+        Itself and its own ancestors/descendants are never cousins (in a DAG a
+        node's parent can be another grandparent's grandchild).
+        """
+        i = self._id(name)
+        par = self._parents[i]
+        grand = {g for p in par for g in self._parents[p]}
+        out = {c for g in grand for q in self._children[g] for c in self._children[q]}
+        out.difference_update(c for p in par for c in self._children[p])  # siblings + self
+        out.discard(i)
+        if out:
+            out.difference_update(self._anc_row(i).tolist())
+            out.difference_update(self._desc_row(i).tolist())
+        return {self._names[c] for c in out}
+
+    def closure_edges(self) -> np.ndarray:
+        """int64 array (E, 2) of (descendant_id, ancestor_id) pairs, no self pairs.
+
+        Sorted by descendant id, then ancestor id.
+        """
+        counts = np.diff(self._anc_ptr)
+        out = np.empty((len(self._anc_idx), 2), dtype=np.int64)
+        out[:, 0] = np.repeat(np.arange(len(self._names), dtype=np.int64), counts)
+        out[:, 1] = self._anc_idx
+        return out
+
+    def direct_edges(self) -> np.ndarray:
+        """int64 array (E, 2) of (child_id, parent_id) pairs, sorted."""
+        flat = [(c, p) for c, ps in enumerate(self._parents) for p in ps]
+        return np.array(flat, dtype=np.int64).reshape(-1, 2)
+
+    # ------------------------------------------------------ words & labels
+
+    def _words(self) -> dict[str, tuple[str, ...]]:
+        """Lookup key -> node names carrying that word, in sense order."""
+        if self._word_index is None:
+            index = self._index
+            out: dict[str, tuple[str, ...]] = {}
+            if self._words_src is not None:
+                for w, syns in self._words_src.items():
+                    present = tuple(s for s in syns if s in index)
+                    if present:
+                        out[_norm(w)] = present
+                # lemmas never listed in the index (not expected for WordNet)
+                if self._lemmas is not None:
+                    for n, ws in self._lemmas.items():
+                        for w in ws:
+                            k = _norm(w)
+                            if n not in out.get(k, ()):
+                                out[k] = out.get(k, ()) + (n,)
+            else:
+                grouped: dict[str, list[tuple[int, str]]] = {}
+                for n in self._names:
+                    w, rank = _word_of_name(n)
+                    grouped.setdefault(_norm(w), []).append((rank, n))
+                for k, lst in grouped.items():
+                    lst.sort()
+                    out[k] = tuple(n for _, n in lst)
+            self._word_index = out
+        return self._word_index
+
+    def words(self, name: str | int) -> list[str]:
+        """Words that name the node: WordNet lemmas as written in the file
+        (``['gym_shoe', 'sneaker', 'tennis_shoe']``), else the word derived
+        from the node name (``gym_shoe.n.01`` -> ``gym_shoe``; ``sneakers`` ->
+        ``sneakers``)."""
+        n = self._names[self._id(name)]
+        if self._lemmas is not None and self._lemmas.get(n):
+            return list(self._lemmas[n])
+        return [_word_of_name(n)[0]]
+
+    def senses(self, word: str) -> list[str]:
+        """Nodes carrying *word* (any case, spaces or ``_``), in WordNet sense order."""
+        return list(self._words().get(_norm(word), ()))
+
+    def resolve(self, text: str, prefer: Callable[[str], float] | None = None) -> str:
+        """Node name for *text*: an exact node name, else a word or phrase.
+
+        A word ("Sneaker", "running shoe"; any case, spaces or ``_``) resolves
+        among the nodes carrying it; with several, the one with the highest
+        ``prefer(name)`` wins, ties (and ``prefer=None``) going to the earliest
+        WordNet sense.  Raises :class:`UnknownLabelError` with suggestions.
+        """
+        if not isinstance(text, str):
+            raise TypeError(f"label must be a string, got {type(text).__name__}")
+        t = text.strip()
+        if t in self._index:
+            return t
+        key = _norm(t)
+        cands = self._words().get(key)
+        if not cands:
+            if self._lower_names is None:
+                lower: dict[str, str | None] = {}
+                for n in self._names:
+                    k = _norm(n)
+                    lower[k] = None if k in lower else n  # None: ambiguous
+                self._lower_names = lower
+            hit = self._lower_names.get(key)
+            if hit is not None:
+                return hit
+            raise UnknownLabelError(text, self.suggest(text))
+        if prefer is None or len(cands) == 1:
+            return cands[0]
+        best_i, best_s = 0, None
+        for i, n in enumerate(cands):
+            s = float(prefer(n))
+            if s != s:  # NaN never wins
+                continue
+            if best_s is None or s > best_s:
+                best_i, best_s = i, s
+        return cands[best_i]
+
+    def _vocabulary(self) -> tuple[list[str], list[str], dict[str, int]]:
+        """(sorted lookup keys, display strings, display -> number of senses)."""
+        if self._vocab is None:
+            entries: dict[str, int] = {}
+            for k, syns in self._words().items():
+                entries[k] = len(syns)
+            for n in self._names:
+                entries.setdefault(n, 0)
+            pairs = sorted((_norm(d), d) for d in entries)
+            self._vocab = ([k for k, _ in pairs], [d for _, d in pairs], entries)
+        return self._vocab
+
+    def complete(self, prefix: str, limit: int = 20) -> list[str]:
+        """Node names and words starting with *prefix* (any case, spaces or ``_``).
+
+        Words come as lookup keys (lowercase, ``_`` for spaces).  Order:
+        shorter first, then more common (more senses in this taxonomy), then
+        alphabetical.
+        """
+        if limit <= 0:
+            return []
+        keys, display, senses = self._vocabulary()
+        p = _norm(prefix)
+        lo = bisect_left(keys, p)
+        hi = lo
+        n = len(keys)
+        while hi < n and keys[hi].startswith(p):
+            hi += 1
+        return heapq.nsmallest(
+            limit, display[lo:hi], key=lambda d: (len(d), -senses[d], d)
+        )
+
+    def suggest(self, text: str, n: int = 5) -> list[str]:
+        """Close matches for *text* among node names and words (difflib), best first."""
+        keys, display, _ = self._vocabulary()
+        key = _norm(text)
+        if not key:
+            return []
+        result: list[str] = []
+        for m in difflib.get_close_matches(key, keys, n=n, cutoff=0.75):
+            d = display[bisect_left(keys, m)]
+            if d not in result:
+                result.append(d)
+        if len(result) < n:
+            for c in self.complete(key, limit=n):
+                if c not in result:
+                    result.append(c)
+        return result[:n]
