@@ -34,6 +34,7 @@ import tempfile
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from itertools import chain
 
 import numpy as np
@@ -80,6 +81,22 @@ class _EdgeError(TaxonomyError):
     def __init__(self, message: str, edge: tuple[str, str]):
         super().__init__(message)
         self.edge = edge
+
+
+@contextmanager
+def _gc_paused():
+    """Pause the cyclic GC while building many small acyclic containers.
+
+    With a large heap (the WordNet graph) every automatic collection walks
+    millions of objects; pausing it roughly halves build times.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _norm(text: str) -> str:
@@ -148,14 +165,8 @@ class Taxonomy:
         glosses: dict[str, str] | None = None,
         word_index: dict[str, list[str]] | None = None,
     ) -> Taxonomy:
-        # many small containers, no reference cycles: pause the cyclic GC
-        was_enabled = gc.isenabled()
-        gc.disable()
-        try:
+        with _gc_paused():
             return cls._build_impl(edges, nodes, lemmas, glosses, word_index)
-        finally:
-            if was_enabled:
-                gc.enable()
 
     @classmethod
     def _build_impl(cls, edges, nodes, lemmas, glosses, word_index) -> Taxonomy:
@@ -281,7 +292,7 @@ class Taxonomy:
         self._depth = depth
 
         self._lemmas = (
-            None if lemmas is None else {n: list(lemmas.get(n, ())) for n in names}
+            None if lemmas is None else {n: lemmas.get(n, []) for n in names}
         )
         self._glosses = None if glosses is None else {n: glosses.get(n, "") for n in names}
         self._words_src = word_index
@@ -431,7 +442,7 @@ class Taxonomy:
             (names[i] for i in keep),
             lemmas=self._lemmas,
             glosses=self._glosses,
-            word_index=self._words_src,
+            word_index=self._words() if self._lemmas is not None else None,
         )
 
     def to_tsv(self, path: str | os.PathLike, closure: bool = True) -> None:
@@ -442,14 +453,28 @@ class Taxonomy:
         (no parent, no child) cannot be written and are dropped.
         """
         path = os.fspath(path)
-        pairs = self.closure_edges() if closure else self.direct_edges()
         names = self._names
+        if closure:
+            ptr = self._anc_ptr.tolist()
+            flat = self._anc_idx.tolist()
+            rows = (flat[ptr[i] : ptr[i + 1]] for i in range(len(names)))
+        else:
+            rows = iter(self._parents)
+        parts = []
+        n_edges = 0
+        with _gc_paused():
+            for child, row in zip(names, rows):
+                if row:
+                    n_edges += len(row)
+                    prefix = child + "\t"
+                    parts.extend([prefix + names[a] + "\n" for a in row])
         kind = "transitive closure" if closure else "direct edges"
         header = (
-            f"# hypsearch taxonomy: {len(self)} nodes, {len(pairs)} edges ({kind}); "
+            f"# hypsearch taxonomy: {len(self)} nodes, {n_edges} edges ({kind}); "
             "child<TAB>parent\n"
         )
-        body = "".join(f"{names[c]}\t{names[p]}\n" for c, p in pairs.tolist())
+        body = "".join(parts)
+        del parts
         folder = os.path.dirname(os.path.abspath(path))
         fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",
                                    dir=folder)
@@ -698,31 +723,44 @@ class Taxonomy:
 
     def _words(self) -> dict[str, tuple[str, ...]]:
         """Lookup key -> node names carrying that word, in sense order."""
-        if self._word_index is None:
-            index = self._index
-            out: dict[str, tuple[str, ...]] = {}
-            if self._words_src is not None:
-                for w, syns in self._words_src.items():
-                    present = tuple(s for s in syns if s in index)
-                    if present:
-                        out[_norm(w)] = present
-                # lemmas never listed in the index (not expected for WordNet)
-                if self._lemmas is not None:
-                    for n, ws in self._lemmas.items():
-                        for w in ws:
-                            k = _norm(w)
-                            if n not in out.get(k, ()):
-                                out[k] = out.get(k, ()) + (n,)
-            else:
-                grouped: dict[str, list[tuple[int, str]]] = {}
-                for n in self._names:
-                    w, rank = _word_of_name(n)
-                    grouped.setdefault(_norm(w), []).append((rank, n))
-                for k, lst in grouped.items():
-                    lst.sort()
-                    out[k] = tuple(n for _, n in lst)
-            self._word_index = out
-        return self._word_index
+        # Lazily built; safe under concurrent first calls: _word_index is set
+        # before _words_src is dropped, and re-read after reading _words_src.
+        table = self._word_index
+        if table is None:
+            src = self._words_src
+            table = self._word_index
+            if table is None:
+                with _gc_paused():
+                    table = self._build_words(src)
+                self._word_index = table
+                self._words_src = None  # folded into _word_index
+        return table
+
+    def _build_words(self, src) -> dict[str, tuple[str, ...]]:
+        """Lookup table behind :meth:`_words` (WordNet index, else node names)."""
+        index = self._index
+        out: dict[str, tuple[str, ...]] = {}
+        if src is not None:
+            for w, syns in src.items():
+                present = tuple(s for s in syns if s in index)
+                if present:
+                    out[_norm(w)] = present
+            # lemmas never listed in the index (not expected for WordNet)
+            if self._lemmas is not None:
+                for n, ws in self._lemmas.items():
+                    for w in ws:
+                        k = _norm(w)
+                        if n not in out.get(k, ()):
+                            out[k] = out.get(k, ()) + (n,)
+        else:
+            grouped: dict[str, list[tuple[int, str]]] = {}
+            for n in self._names:
+                w, rank = _word_of_name(n)
+                grouped.setdefault(_norm(w), []).append((rank, n))
+            for k, lst in grouped.items():
+                lst.sort()
+                out[k] = tuple(n for _, n in lst)
+        return out
 
     def words(self, name: str | int) -> list[str]:
         """Words that name the node: WordNet lemmas as written in the file
@@ -778,13 +816,19 @@ class Taxonomy:
     def _vocabulary(self) -> tuple[list[str], list[str], dict[str, int]]:
         """(sorted lookup keys, display strings, display -> number of senses)."""
         if self._vocab is None:
-            entries: dict[str, int] = {}
-            for k, syns in self._words().items():
-                entries[k] = len(syns)
-            for n in self._names:
-                entries.setdefault(n, 0)
-            pairs = sorted((_norm(d), d) for d in entries)
-            self._vocab = ([k for k, _ in pairs], [d for _, d in pairs], entries)
+            words = self._words()
+            with _gc_paused():
+                entries: dict[str, int] = {}
+                for k, syns in words.items():
+                    entries[k] = len(syns)
+                for n in self._names:
+                    entries.setdefault(n, 0)
+                pairs = []
+                for d in entries:
+                    k = _norm(d)
+                    pairs.append((d if k == d else k, d))
+                pairs.sort()
+                self._vocab = ([k for k, _ in pairs], [d for _, d in pairs], entries)
         return self._vocab
 
     def complete(self, prefix: str, limit: int = 20) -> list[str]:
@@ -799,10 +843,7 @@ class Taxonomy:
         keys, display, senses = self._vocabulary()
         p = _norm(prefix)
         lo = bisect_left(keys, p)
-        hi = lo
-        n = len(keys)
-        while hi < n and keys[hi].startswith(p):
-            hi += 1
+        hi = bisect_left(keys, p + "\U0010ffff", lo)
         return heapq.nsmallest(
             limit, display[lo:hi], key=lambda d: (len(d), -senses[d], d)
         )

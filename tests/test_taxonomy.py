@@ -433,7 +433,7 @@ def test_unknown_label_suggestions(nouns):
 @needs_wordnet
 def test_complete(nouns):
     got = nouns.complete("sneak", limit=50)
-    assert "sneaker" in got and "sneaker.n.01" not in nouns  # words and names
+    assert "sneaker" in got and "sneak.n.01" in got  # words and node names
     assert all(g.lower().startswith("sneak") for g in got)
     assert got == sorted(got, key=len)
     assert nouns.complete("Running Sh")[:1] == ["running_shoe"]
@@ -457,3 +457,63 @@ def test_noun_closure_tsv_roundtrip(nouns, tmp_path):
     assert np.array_equal(back.closure_edges(), nouns.closure_edges())
     # words come from names in a plain TSV
     assert back.resolve("gym shoe") == "gym_shoe.n.01"
+
+
+def test_random_dags_match_brute_force():
+    rng = random.Random(20240607)
+    for _ in range(25):
+        n = rng.randint(2, 25)
+        names = [f"n{i:02d}" for i in range(n)]
+        # child i -> parent j < i: acyclic by construction
+        given = [(names[i], names[j]) for i in range(1, n) for j in range(i) if rng.random() < 0.2]
+        anc = {x: set() for x in names}
+        for i in range(n):  # parents have smaller index: already complete
+            for c, p in given:
+                if c == names[i]:
+                    anc[c] |= {p} | anc[p]
+        closure = {(c, a) for c in names for a in anc[c]}
+        direct = {
+            (c, p) for c, p in closure if not any(p in anc[m] for m in anc[c])
+        }
+        extra = rng.sample(sorted(closure), len(closure) // 2)
+        t = Taxonomy.from_edges(given + extra, nodes=names)
+        assert t == Taxonomy.from_edges(sorted(direct), nodes=names)
+        assert {(t.names[c], t.names[p]) for c, p in t.direct_edges().tolist()} == direct
+        assert {(t.names[c], t.names[p]) for c, p in t.closure_edges().tolist()} == closure
+        for x in names:
+            assert t.ancestors(x) == anc[x]
+            assert t.descendants(x) == {c for c in names if x in anc[c]}
+            up_x = up_levels(t, x)
+            # depth: shortest upward path to a root
+            assert t.depth(x) == min(d for m, d in up_x.items() if not t.parents(m))
+            y = rng.choice(names)
+            up_y = up_levels(t, y)
+            common = set(up_x) & set(up_y)
+            assert t.hops(x, y) == (min(up_x[m] + up_y[m] for m in common) if common else None)
+            lca = t.lca(x, y)
+            if common:
+                assert lca in common and t.depth(lca) == max(t.depth(m) for m in common)
+            else:
+                assert lca is None
+
+
+def up_levels(t, x):
+    """BFS over parents: ancestor-or-self -> shortest upward distance."""
+    seen, cur, level = {x: 0}, [x], 0
+    while cur:
+        level += 1
+        nxt = []
+        for f in cur:
+            for p in t.parents(f):
+                if p not in seen:
+                    seen[p] = level
+                    nxt.append(p)
+        cur = nxt
+    return seen
+
+
+def test_pickle_roundtrip(small):
+    import pickle
+
+    again = pickle.loads(pickle.dumps(small))
+    assert again == small and again.hops("penguin", "robot_dog") == 5
