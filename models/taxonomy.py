@@ -63,16 +63,17 @@ class UnknownLabelError(TaxonomyError):
     or words, best first; possibly empty).
     """
 
-    def __init__(self, text: str, suggestions: Iterable[str] = ()):
+    def __init__(self, text: str, suggestions: Iterable[str] = (), what: str = "label"):
         self.text = text
         self.suggestions = list(suggestions)
-        msg = f"unknown label {text!r}"
+        self.what = what
+        msg = f"unknown {what} {text!r}"
         if self.suggestions:
             msg += "; did you mean: " + ", ".join(self.suggestions)
         super().__init__(msg)
 
     def __reduce__(self):
-        return (type(self), (self.text, self.suggestions))
+        return (type(self), (self.text, self.suggestions, self.what))
 
 
 class _EdgeError(TaxonomyError):
@@ -140,14 +141,10 @@ class Taxonomy:
     # ------------------------------------------------------------------ build
 
     def __init__(self, *args, **kwargs):
-        raise TypeError(
-            "build a Taxonomy with Taxonomy.from_edges, from_tsv or from_wordnet"
-        )
+        raise TypeError("build a Taxonomy with Taxonomy.from_edges, from_tsv or from_wordnet")
 
     @classmethod
-    def from_edges(
-        cls, edges: Iterable[tuple[str, str]], nodes: Iterable[str] = ()
-    ) -> Taxonomy:
+    def from_edges(cls, edges: Iterable[tuple[str, str]], nodes: Iterable[str] = ()) -> Taxonomy:
         """Build from ``(child, parent)`` pairs (direct edges, closure, or a mix).
 
         *nodes* adds nodes (possibly isolated).  Duplicate edges are fine;
@@ -291,9 +288,7 @@ class Taxonomy:
         depth.flags.writeable = False
         self._depth = depth
 
-        self._lemmas = (
-            None if lemmas is None else {n: lemmas.get(n, []) for n in names}
-        )
+        self._lemmas = None if lemmas is None else {n: lemmas.get(n, []) for n in names}
         self._glosses = None if glosses is None else {n: glosses.get(n, "") for n in names}
         self._words_src = word_index
         self._word_index = None
@@ -315,7 +310,7 @@ class Taxonomy:
             path.append(x)
             x = min(p for p in cand[x] if missing[p] > 0)
         cyc = path[seen[x] :] + [x]  # child -> parent -> ... -> back to start
-        cyc_edges = {(names[a], names[b]) for a, b in zip(cyc, cyc[1:])}
+        cyc_edges = {(names[a], names[b]) for a, b in zip(cyc, cyc[1:], strict=False)}
         # name the edge of the cycle that comes last in the input (the one that closed it)
         edge = max((i, e) for i, e in enumerate(edge_list) if e in cyc_edges)[1]
         # show the cycle starting at the named edge
@@ -325,8 +320,7 @@ class Taxonomy:
         if len(shown) > _MAX_CYCLE_SHOWN:
             shown = shown[: _MAX_CYCLE_SHOWN - 1] + ["...", shown[-1]]
         raise _EdgeError(
-            f"cycle at edge {edge[0]!r} -> {edge[1]!r} (child -> parent): "
-            + " -> ".join(shown),
+            f"cycle at edge {edge[0]!r} -> {edge[1]!r} (child -> parent): " + " -> ".join(shown),
             edge,
         )
 
@@ -404,10 +398,7 @@ class Taxonomy:
                 for m in difflib.get_close_matches(root, wn.names, n=5, cutoff=0.7):
                     if m not in sugg:
                         sugg.append(m)
-                msg = f"unknown WordNet noun synset {root!r}"
-                if sugg:
-                    msg += "; did you mean: " + ", ".join(sugg[:8])
-                raise TaxonomyError(msg)
+                raise UnknownLabelError(root, sugg[:8], what="WordNet noun synset")
             children: dict[str, list[str]] = {}
             for c, ps in wn.parents.items():
                 for p in ps:
@@ -420,15 +411,8 @@ class Taxonomy:
                         keep_set.add(c)
                         stack.append(c)
             keep = [n for n in wn.names if n in keep_set]
-        edges = (
-            (c, p)
-            for c in keep
-            for p in wn.parents[c]
-            if keep_set is None or p in keep_set
-        )
-        return cls._build(
-            edges, keep, lemmas=wn.lemmas, glosses=wn.gloss, word_index=wn.word_index
-        )
+        edges = ((c, p) for c in keep for p in wn.parents[c] if keep_set is None or p in keep_set)
+        return cls._build(edges, keep, lemmas=wn.lemmas, glosses=wn.gloss, word_index=wn.word_index)
 
     def subtree(self, root: str | int) -> Taxonomy:
         """*root* and all its descendants, with the edges among them (metadata kept)."""
@@ -463,21 +447,21 @@ class Taxonomy:
         parts = []
         n_edges = 0
         with _gc_paused():
-            for child, row in zip(names, rows):
+            for child, row in zip(names, rows, strict=True):
                 if row:
                     n_edges += len(row)
                     prefix = child + "\t"
                     parts.extend([prefix + names[a] + "\n" for a in row])
         kind = "transitive closure" if closure else "direct edges"
         header = (
-            f"# hypsearch taxonomy: {len(self)} nodes, {n_edges} edges ({kind}); "
-            "child<TAB>parent\n"
+            f"# hypsearch taxonomy: {len(self)} nodes, {n_edges} edges ({kind}); child<TAB>parent\n"
         )
         body = "".join(parts)
         del parts
         folder = os.path.dirname(os.path.abspath(path))
-        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",
-                                   dir=folder)
+        fd, tmp = tempfile.mkstemp(
+            prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder
+        )
         try:
             with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
                 f.write(header)
@@ -565,11 +549,11 @@ class Taxonomy:
 
     def roots(self) -> list[str]:
         """Nodes without parents (sorted)."""
-        return [n for n, p in zip(self._names, self._parents) if not p]
+        return [n for n, p in zip(self._names, self._parents, strict=True) if not p]
 
     def leaves(self) -> list[str]:
         """Nodes without children (sorted)."""
-        return [n for n, c in zip(self._names, self._children) if not c]
+        return [n for n, c in zip(self._names, self._children, strict=True) if not c]
 
     def parents(self, name: str | int) -> list[str]:
         """Direct parents (after transitive reduction), sorted."""
@@ -844,9 +828,7 @@ class Taxonomy:
         p = _norm(prefix)
         lo = bisect_left(keys, p)
         hi = bisect_left(keys, p + "\U0010ffff", lo)
-        return heapq.nsmallest(
-            limit, display[lo:hi], key=lambda d: (len(d), -senses[d], d)
-        )
+        return heapq.nsmallest(limit, display[lo:hi], key=lambda d: (len(d), -senses[d], d))
 
     def suggest(self, text: str, n: int = 5) -> list[str]:
         """Close matches for *text* among node names and words (difflib), best first."""

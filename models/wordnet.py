@@ -129,7 +129,8 @@ def _load(wordnet_dir: str) -> WordNetNouns:
             first = words[0].lower()
             sense = word_offsets[first].index(offset) + 1
         except (IndexError, ValueError, KeyError):
-            raise TaxonomyError(f"{data_path}:{lineno}: malformed or unindexed synset line") from None
+            msg = f"{data_path}:{lineno}: malformed or unindexed synset line"
+            raise TaxonomyError(msg) from None
         name = f"{first}.n.{sense:02d}"
         if name in lemmas:
             raise TaxonomyError(f"{data_path}:{lineno}: duplicate synset name {name}")
@@ -141,7 +142,7 @@ def _load(wordnet_dir: str) -> WordNetNouns:
         offsets_of[name] = int(offset)
 
     parents: dict[str, list[str]] = {}
-    for name, hyper in zip(names, raw_parents):
+    for name, hyper in zip(names, raw_parents, strict=True):
         try:
             parents[name] = [name_of[o] for o in hyper]
         except KeyError as e:

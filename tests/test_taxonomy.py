@@ -377,7 +377,11 @@ def test_mammal_closure_counts(nouns):
 def test_unknown_root(nouns):
     with pytest.raises(TaxonomyError) as ei:
         Taxonomy.from_wordnet(root="mamal.n.01")
-    assert "mammal.n.01" in str(ei.value) and "mamal.n.01" in str(ei.value)
+    assert "mammal.n.01" in str(ei.value) and "'mamal.n.01'" in str(ei.value)
+    assert "mammal.n.01" in ei.value.suggestions
+    with pytest.raises(TaxonomyError) as ei:
+        Taxonomy.from_wordnet(root="sneaker")  # a word, not a synset name
+    assert ei.value.suggestions[0] == "gym_shoe.n.01"
 
 
 @needs_wordnet
@@ -404,7 +408,11 @@ def test_resolve(nouns):
     items = {"jersey.n.03": 7, "jersey.n.02": 2}
     # index.noun order for "jersey": New Jersey first (NLTK: wn.synsets("jersey"))
     assert nouns.senses("jersey") == [
-        "new_jersey.n.01", "jersey.n.02", "jersey.n.03", "jersey.n.04", "jersey.n.05"
+        "new_jersey.n.01",
+        "jersey.n.02",
+        "jersey.n.03",
+        "jersey.n.04",
+        "jersey.n.05",
     ]
     assert nouns.resolve("jersey") == "new_jersey.n.01"
     assert nouns.resolve("jersey", prefer=lambda n: items.get(n, 0)) == "jersey.n.03"
@@ -472,9 +480,7 @@ def test_random_dags_match_brute_force():
                 if c == names[i]:
                     anc[c] |= {p} | anc[p]
         closure = {(c, a) for c in names for a in anc[c]}
-        direct = {
-            (c, p) for c, p in closure if not any(p in anc[m] for m in anc[c])
-        }
+        direct = {(c, p) for c, p in closure if not any(p in anc[m] for m in anc[c])}
         extra = rng.sample(sorted(closure), len(closure) // 2)
         t = Taxonomy.from_edges(given + extra, nodes=names)
         assert t == Taxonomy.from_edges(sorted(direct), nodes=names)
