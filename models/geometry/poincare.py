@@ -462,10 +462,9 @@ def from_klein(k: torch.Tensor, *, c: Curvature) -> torch.Tensor:
     return project(_from_klein_parts(k, torch.ones_like(k[..., :1]), c), c=c_t)
 
 
-def _midpoint_once(points, w, c):
+def _midpoint_once(points, w, c, g):
     # Einstein midpoint in Klein coordinates: sum_i w_i gamma_i k_i / sum_i w_i gamma_i;
     # gamma_i k_i = 2 x_i / g(x_i) and gamma_i = (1 + c|x_i|^2)/g(x_i) = (2 - g)/g.
-    g = gap(points, c=c, keepdim=True)
     num = (w * 2 * points / g).sum(-2)
     den = (w * (2 - g) / g).sum(-2)
     return _from_klein_parts(num, den, c)
@@ -494,10 +493,13 @@ def einstein_midpoint(
         w = torch.ones_like(points[..., :1])
     else:
         w = torch.as_tensor(weights, dtype=points.dtype, device=points.device)[..., None]
+    g = gap(points, c=c, keepdim=True)
     with torch.no_grad():
-        p = project(_midpoint_once(points, w, c), c=c).unsqueeze(-2)
+        p = project(_midpoint_once(points, w, c, g), c=c).unsqueeze(-2)
     gp = gap(p, c=c, keepdim=True)
-    moved, _ = _mobius_add(-p, points, gp, gap(points, c=c, keepdim=True), c_t)
-    m = _midpoint_once(moved, w, c).unsqueeze(-2)
+    # the moved points' gaps come exactly out of the Möbius addition (their
+    # rounded coordinates would lose u/g relative in the Lorentz factors)
+    moved, g_moved = _mobius_add(-p, points, gp, g, c_t)
+    m = _midpoint_once(moved, w, c, g_moved).unsqueeze(-2)
     out, _ = _mobius_add(p, m, gp, gap(m, c=c, keepdim=True), c_t)
     return project(out.squeeze(-2), c=c_t)
