@@ -33,7 +33,7 @@ API
     Deletes (ignoring unknown ids); returns how many were deleted.
 ``get(id) -> Item | None``
     ``Item(id, vector, label, payload, holder)``.
-``len(index)``, ``id in index``
+``len(index)``, ``id in index``, ``ids() -> list[str]``
 ``search(queries, k=10, *, filter_ids=None, labels=None, under=None, ef=None) -> (ids, distances)``
     ``queries``: ``(q, dim)`` (or one ``(dim,)`` vector, answered as ``q = 1``).
     Shapes ``(q, min(k, m))`` with ``m`` the number of live items passing the
@@ -41,7 +41,7 @@ API
     ``filter_ids``: only these ids; ``labels``: items whose label is in the
     set; ``under``: items whose *holding label* is in the set (pass all the
     descendants-or-self of a taxonomy node).  Filters combine by intersection.
-    ``ef``: hnsw candidates per pass (default 64).
+    ``ef``: hnsw candidates per pass (default 128).
 ``search_hierarchical(query, chain, descendants_of, k=10, offset=0, *, ef=None) -> list[HierarchicalHit]``
     ``chain = [l0, parent(l0), ..., root]`` (for a DAG the caller picks one
     parent chain), ``descendants_of(label) -> iterable of labels``.  Level
@@ -89,8 +89,9 @@ e.g. ``"poincare:8,sphere:4,euclidean:4"`` (dimension 16).  The product
 distance is ``sqrt(sum_i d_i^2)``; a vector is the concatenation of its
 factors' coordinates and must satisfy ``ProductSpace.contains``.  For product
 spaces the index's ``curvature`` argument is not used by the distance (the
-factors carry their own).  Both backends work on products; hnsw then searches
-``l2`` on the concatenated coordinates with a single pass (see
+factors carry their own).  Product spaces always use the exact backend
+(``auto`` stays exact; ``backend="hnsw"`` is refused): ``l2`` on concatenated
+coordinates measured recall@10 below 0.3 even at ef = 512 (see
 :mod:`indexing.backends.hnsw`).
 """
 

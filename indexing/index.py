@@ -203,8 +203,16 @@ class HyperbolicIndex:
         self._auto_threshold = int(params.pop("auto_threshold", AUTO_THRESHOLD))
         self._backend_config = backend
         self._backend_params = params
+        if backend == "hnsw" and not isinstance(self._space, PoincareSpace):
+            raise IndexInputError(
+                f"backend: hnsw supports the Poincaré ball only, not {self._space.spec!r}; "
+                "product spaces use the exact backend (backend='exact' or 'auto')"
+            )
         # check the parameters now rather than at the first switch to hnsw
-        for name in ("hnsw",) if backend == "auto" else (backend,):
+        names = (backend,)
+        if backend == "auto":
+            names = ("hnsw",) if isinstance(self._space, PoincareSpace) else ()
+        for name in names:
             try:
                 make_backend(name, self._space, **params)
             except (TypeError, ValueError) as exc:
@@ -303,6 +311,12 @@ class HyperbolicIndex:
     def __len__(self) -> int:
         return self._table.n_alive
 
+    def ids(self) -> list[str]:
+        """The ids of the live items (in slot order)."""
+        with self._rw.read():
+            t = self._table
+            return [t.ids[s] for s in t.live_slots().tolist()]
+
     def __contains__(self, item_id: object) -> bool:
         return isinstance(item_id, str) and item_id in self._table.slot_of
 
@@ -329,6 +343,8 @@ class HyperbolicIndex:
     def _desired_backend(self, n_alive: int, current: str | None = None) -> str:
         if self._backend_config != "auto":
             return self._backend_config
+        if not isinstance(self._space, PoincareSpace):
+            return "exact"  # hnsw is for the ball only (see backends/hnsw.py)
         if n_alive > self._auto_threshold:
             return "hnsw"
         if current == "hnsw" and n_alive >= self._auto_threshold // 2:

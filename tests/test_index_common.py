@@ -1,0 +1,40 @@
+"""Helpers shared by the index and store tests (no tests here)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from indexing.geometry import torch_threads
+from indexing.synthetic import hierarchical_cloud
+from models.geometry import poincare
+
+__all__ = ["cloud", "make_ids", "brute_force", "recall_at", "exact_dist"]
+
+
+def cloud(n: int, n_queries: int = 0, *, dim: int = 16, seed: int = 0, curvature: float = 1.0):
+    """A seeded hierarchical cloud: norms mostly in [0.9, 0.999]/sqrt(c), ~5% beyond."""
+    return hierarchical_cloud(n, dim, curvature=curvature, seed=seed, n_queries=n_queries)
+
+
+def make_ids(n: int, prefix: str = "i") -> list[str]:
+    return [f"{prefix}{j}" for j in range(n)]
+
+
+def exact_dist(q: np.ndarray, x: np.ndarray, c: float = 1.0) -> np.ndarray:
+    """models.geometry float64 distances from one query to rows of x."""
+    with torch_threads():
+        return poincare.dist(torch.from_numpy(np.asarray(q, dtype=np.float64))[None, :],
+                             torch.from_numpy(np.asarray(x, dtype=np.float64)), c=c).numpy()
+
+
+def brute_force(x: np.ndarray, q: np.ndarray, k: int, c: float = 1.0):
+    """(indices, distances) of the exact float64 k nearest neighbours, by models.geometry."""
+    d = np.stack([exact_dist(qq, x, c) for qq in q])
+    order = np.argsort(d, axis=1, kind="stable")[:, :k]
+    return order, np.take_along_axis(d, order, axis=1)
+
+
+def recall_at(found, truth) -> float:
+    hits = [len(set(map(str, a)) & set(map(str, b))) / len(b) for a, b in zip(found, truth)]
+    return float(np.mean(hits))
