@@ -255,7 +255,7 @@ class HyperbolicIndex:
                 backend = (man or {}).get("backend_config", "auto")
                 if backend != "auto" and backend not in BACKENDS:
                     backend = "auto"
-                params = dict((man or {}).get("backend_params", {}))
+                params = dict((man or {}).get("config_params", {}))
                 if "auto_threshold" in (man or {}):
                     params["auto_threshold"] = man["auto_threshold"]
                 params.update(backend_params)
@@ -549,9 +549,7 @@ class HyperbolicIndex:
             holders = labels if cones is None else cones.holding_labels(x)
             seq = self._store.upsert(ids, x, labels, holders, payload_json)
             with self._rw.write():
-                self._apply_upsert(ids, x, labels, holders)
-                self._applied_seq = seq
-                self._maintain()
+                self._apply(lambda: self._apply_upsert(ids, x, labels, holders), seq)
 
     def delete(self, ids: Iterable[str]) -> int:
         """Delete items; unknown ids are ignored.  Returns how many were deleted."""
@@ -562,10 +560,27 @@ class HyperbolicIndex:
             self._check_open()
             deleted, seq = self._store.delete(ids)
             with self._rw.write():
-                self._apply_delete(deleted)
-                self._applied_seq = seq
-                self._maintain()
+                self._apply(lambda: self._apply_delete(deleted), seq)
         return len(deleted)
+
+    def _apply(self, fn: Callable[[], None], seq: int) -> None:
+        """Apply a committed write to the in-memory state (write lock held).
+
+        The write is durable once committed; should applying it fail (memory,
+        hnswlib), the in-memory state is rebuilt from the store so that it
+        matches what was acknowledged -- and only if that fails too does the
+        error reach the caller (the index is then closed)."""
+        try:
+            fn()
+            self._applied_seq = seq
+            self._maintain()
+        except Exception:
+            log.exception("applying a committed write failed; rebuilding the index from the store")
+            try:
+                self._rebuild_from_store()
+            except Exception:
+                self._closed = True
+                raise
 
     def _apply_upsert(self, ids, x, labels, holders) -> None:
         t = self._table
@@ -791,8 +806,9 @@ class HyperbolicIndex:
                 "curvature": self._curvature,
                 "store_uuid": self._meta.get("store_uuid"),
                 "backend": self._backend.name,
+                "backend_params": self._backend.params,
                 "backend_config": self._backend_config,
-                "backend_params": self._backend_params,
+                "config_params": self._backend_params,
                 "auto_threshold": self._auto_threshold,
                 "item_count": int(len(live)),
                 "last_seq": seq,

@@ -273,3 +273,26 @@ def test_old_snapshot_files_are_removed(tmp_path, data):
     snaps = sorted(p.name for p in tmp_path.glob("snapshot-*.bin"))
     assert snaps == [json.loads((tmp_path / MANIFEST_FILE).read_text())["snapshot"]]
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_failed_in_memory_apply_is_recovered_from_the_store(tmp_path, data, monkeypatch, caplog):
+    x, q, ids = data
+    ix = HyperbolicIndex(8, backend="exact", path=tmp_path)
+    ix.add(x[:100], ids[:100])
+    calls = {"n": 0}
+    orig = type(ix._backend).add
+
+    def flaky(self, table, slots):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise MemoryError("simulated")
+        return orig(self, table, slots)
+
+    monkeypatch.setattr(type(ix._backend), "add", flaky)
+    with caplog.at_level(logging.ERROR):
+        ix.add(x[100:200], ids[100:200])  # committed, then rebuilt from the store
+    assert any("rebuilding" in r.getMessage() for r in caplog.records)
+    assert len(ix) == 200 and "i150" in ix
+    ref = HyperbolicIndex(8, backend="exact")
+    ref.add(x[:200], ids[:200])
+    _same_results(ix, ref, q)

@@ -106,6 +106,13 @@ class ProxyCache:
         self.n = n
         return tuple(a[:n] for a in self.data)
 
+    def view(self, table: ItemTable) -> tuple[np.ndarray, ...] | None:
+        """The data of every slot if the cache is in sync with ``table`` (no
+        mutation: safe under a read lock), else ``None``."""
+        if self.data is None or self.n != table.n_slots:
+            return None
+        return tuple(a[: self.n] for a in self.data)
+
     def keys(self, queries: np.ndarray, cand: np.ndarray) -> np.ndarray:
         """float32 proxy keys ``(q, m)`` of candidate slots (inf for padding)."""
         valid = cand >= 0

@@ -61,7 +61,7 @@ class ExactBackend(Backend):
         pass  # table.alive masks them
 
     def search(self, table, queries, k, *, allowed=None, ef=None):
-        prepared = self._proxy.sync(table)
+        prepared = self._proxy.view(table)  # kept in sync by build/add (write lock)
         return exact_search(self.space, table, prepared, queries, k, allowed=allowed)
 
     def nbytes(self) -> int:

@@ -181,7 +181,8 @@ class HnswBackend(Backend):
         exactly."""
         space = self.space
         proxy = self._proxy
-        proxy.sync(table)
+        if proxy.view(table) is None:  # not in sync (never expected): stay correct
+            return exact_search(space, table, None, queries, k, allowed=allowed)
         filt = None if allowed is None else set(np.asarray(allowed).tolist()).__contains__
         n = table.n_alive if allowed is None else len(allowed)
         keep = n_candidates(k, n)
