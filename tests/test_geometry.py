@@ -134,7 +134,9 @@ def test_reference_derived_quantities(case):
 FLOAT32_CASES = [cs for cs in CASES if _min_gap(cs) >= 1e-2]
 
 
-@pytest.mark.parametrize("case", FLOAT32_CASES, ids=[f"c{cs['c']}-d{cs['dim']}" for cs in FLOAT32_CASES])
+@pytest.mark.parametrize(
+    "case", FLOAT32_CASES, ids=[f"c{cs['c']}-d{cs['dim']}" for cs in FLOAT32_CASES]
+)
 def test_reference_float32_interior(case):
     out = _outputs(case, torch.float32)
     for key in KEYS:
@@ -198,4 +200,6 @@ def test_eps_rejects_integer_dtypes():
 def test_max_norm_tensor_curvature():
     c = torch.tensor(2.5, dtype=torch.float64)
     assert torch.is_tensor(numerics.max_norm(c, torch.float64))
-    assert math.isclose(float(numerics.max_norm(c, torch.float64)), numerics.max_norm(2.5, torch.float64))
+    assert math.isclose(
+        float(numerics.max_norm(c, torch.float64)), numerics.max_norm(2.5, torch.float64)
+    )

@@ -13,7 +13,7 @@ from models.geometry import delta
 
 
 def _tree_metric(n, seed):
-    """All-pairs path lengths of a random weighted tree (node i > 0 hangs off a random earlier node)."""
+    """Path lengths of a random weighted tree (node i > 0 hangs off a random earlier node)."""
     rng = np.random.default_rng(seed)
     parent = [-1] + [int(rng.integers(0, i)) for i in range(1, n)]
     weight = [0.0] + list(rng.uniform(0.1, 3.0, n - 1))
@@ -60,7 +60,9 @@ def test_matches_brute_force(seed):
     X = rng.standard_normal((14, 3))
     D = np.linalg.norm(X[:, None] - X[None], axis=-1)
     for base in (0, 5):
-        assert math.isclose(delta.gromov_delta(D, base=base), _brute_delta(D, base), rel_tol=1e-12, abs_tol=1e-12)
+        assert math.isclose(
+            delta.gromov_delta(D, base=base), _brute_delta(D, base), rel_tol=1e-12, abs_tol=1e-12
+        )
     # a 4-cycle with unit edges: delta_w = 1 for every base point
     C4 = np.array([[0, 1, 2, 1], [1, 0, 1, 2], [2, 1, 0, 1], [1, 2, 1, 0]], dtype=float)
     assert delta.gromov_delta(C4) == pytest.approx(1.0) == _brute_delta(C4, 0)
@@ -101,7 +103,7 @@ def test_euclidean_circle_and_grid_are_not_hyperbolic():
 
 @pytest.mark.parametrize("c", [1.0, 0.5])
 def test_poincare_samples_are_hyperbolic(c):
-    """Uniform samples of a hyperbolic disk of radius R: delta -> ln(2)/sqrt(c), delta_rel ~ 1.4/R."""
+    """Uniform samples of a hyperbolic disk of radius R: delta -> ln(2)/sqrt(c), small delta_rel."""
     rng = np.random.default_rng(4)
     R = 12.0
     u = rng.random(250)

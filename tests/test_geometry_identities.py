@@ -22,7 +22,9 @@ def _points(n, d, c, gaps, dtype, seed):
     u = torch.randn(len(gaps) * n, d, generator=gen, dtype=torch.float64)
     u = u / u.norm(dim=-1, keepdim=True)
     radii = torch.tensor([1 - g for g in gaps for _ in range(n)], dtype=torch.float64)[:, None]
-    inner = torch.rand(n, 1, generator=gen, dtype=torch.float64) * torch.randn(n, d, generator=gen, dtype=torch.float64)
+    inner = torch.rand(n, 1, generator=gen, dtype=torch.float64) * torch.randn(
+        n, d, generator=gen, dtype=torch.float64
+    )
     inner = inner / (1 + inner.norm(dim=-1, keepdim=True))
     return (torch.cat([u * radii, inner]) / math.sqrt(c)).to(dtype)
 
@@ -32,7 +34,9 @@ def _grid(dtype, c, seed=0, n=4, d=5):
 
 
 params = pytest.mark.parametrize(
-    ("dtype", "c"), [(dt, c) for dt in DTYPES for c in CURVATURES], ids=lambda p: str(p).replace("torch.", "")
+    ("dtype", "c"),
+    [(dt, c) for dt in DTYPES for c in CURVATURES],
+    ids=lambda p: str(p).replace("torch.", ""),
 )
 
 
@@ -66,7 +70,9 @@ def test_triangle_inequality(dtype, c):
 @params
 def test_pairwise_agrees_with_dist(dtype, c):
     x, y = _grid(dtype, c, 6), _grid(dtype, c, 7)
-    near = x + 1e-7 * torch.randn(x.shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64).to(dtype)
+    near = x + 1e-7 * torch.randn(
+        x.shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64
+    ).to(dtype)
     near = poincare.project(near, c=c)
     for a, b in ((x, y), (x, near), (x, x)):
         pw = poincare.pairwise_dist(a, b, c=c)
@@ -83,7 +89,9 @@ def test_pairwise_dist_batched_leading_dims():
     y = _grid(torch.float64, 1.0, 9)[:6]
     pw = poincare.pairwise_dist(x, y[None], c=1.0)
     assert pw.shape == (2, 7, 6)
-    assert torch.allclose(pw, poincare.dist(x[..., :, None, :], y[None, None], c=1.0), rtol=1e-12, atol=0)
+    assert torch.allclose(
+        pw, poincare.dist(x[..., :, None, :], y[None, None], c=1.0), rtol=1e-12, atol=0
+    )
 
 
 def test_dist_arg_is_monotone_proxy():
@@ -102,11 +110,18 @@ def test_dist_arg_is_monotone_proxy():
 @params
 def test_expmap0_logmap0_round_trip(dtype, c):
     x = _grid(dtype, c, 12)
-    assert torch.allclose(poincare.expmap0(poincare.logmap0(x, c=c), c=c), x, rtol=0, atol=ATOL[dtype] / math.sqrt(c))
+    assert torch.allclose(
+        poincare.expmap0(poincare.logmap0(x, c=c), c=c), x, rtol=0, atol=ATOL[dtype] / math.sqrt(c)
+    )
     # tangent -> ball -> tangent: conditioning grows like exp(2 sqrt(c)|v|) u
     gen = torch.Generator().manual_seed(0)
     v = torch.randn(20, 5, generator=gen, dtype=torch.float64)
-    v = (v / v.norm(dim=-1, keepdim=True) * torch.linspace(0, 4, 20, dtype=torch.float64)[:, None] / math.sqrt(c)).to(dtype)
+    v = (
+        v
+        / v.norm(dim=-1, keepdim=True)
+        * torch.linspace(0, 4, 20, dtype=torch.float64)[:, None]
+        / math.sqrt(c)
+    ).to(dtype)
     back = poincare.logmap0(poincare.expmap0(v, c=c), c=c)
     assert torch.allclose(back, v, rtol=1e-3 if dtype == torch.float32 else 1e-11, atol=1e-6)
 
@@ -146,9 +161,13 @@ def test_logmap_at_origin_is_logmap0_and_expmap_at_origin_is_expmap0():
     c = 1.0
     y = _grid(torch.float64, c, 15)
     zero = torch.zeros_like(y)
-    assert torch.allclose(poincare.logmap(zero, y, c=c), poincare.logmap0(y, c=c), rtol=1e-13, atol=0)
+    assert torch.allclose(
+        poincare.logmap(zero, y, c=c), poincare.logmap0(y, c=c), rtol=1e-13, atol=0
+    )
     v = torch.randn(5, 5, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
-    assert torch.allclose(poincare.expmap(zero[:5], v, c=c), poincare.expmap0(v, c=c), rtol=1e-13, atol=0)
+    assert torch.allclose(
+        poincare.expmap(zero[:5], v, c=c), poincare.expmap0(v, c=c), rtol=1e-13, atol=0
+    )
 
 
 def test_expmap0_reaches_far_points_in_float64():
@@ -179,7 +198,9 @@ def test_mobius_add_left_cancellation_and_identity(dtype, c):
     y_in = _points(xi.shape[0], x.shape[-1], c, [0.3], dtype, 18)[: xi.shape[0]]
     w = poincare.mobius_add(-xi, y_in, c=c).double()
     d = 2 / math.sqrt(c) * torch.atanh(math.sqrt(c) * w.norm(dim=-1))
-    assert torch.allclose(d, poincare.dist(xi, y_in, c=c).double(), rtol=1e-4 if dtype == torch.float32 else 1e-9)
+    assert torch.allclose(
+        d, poincare.dist(xi, y_in, c=c).double(), rtol=1e-4 if dtype == torch.float32 else 1e-9
+    )
 
 
 @params
@@ -190,13 +211,15 @@ def test_lorentz_and_klein_round_trips(dtype, c):
     assert torch.allclose(poincare.from_lorentz(h, c=c), x, rtol=0, atol=ATOL[dtype] / math.sqrt(c))
     # on the hyperboloid: -h0^2 + |hs|^2 = -1/c (relative to h0^2)
     hd = h.double()
-    mink = -hd[..., 0] ** 2 + (hd[..., 1:] ** 2).sum(-1)  # cancels: compare relative to h0^2
+    mink = -(hd[..., 0] ** 2) + (hd[..., 1:] ** 2).sum(-1)  # cancels: compare relative to h0^2
     assert (((mink * c + 1) / (c * hd[..., 0] ** 2)).abs() < 10 * torch.finfo(dtype).eps).all()
     inner = x[poincare.gap(x, c=c) > 1e-3]  # Klein coordinates square the gap
     assert inner.shape[0] >= 4
     k = poincare.to_klein(inner, c=c)
     assert (c * (k.double() ** 2).sum(-1) < 1).all()
-    assert torch.allclose(poincare.from_klein(k, c=c), inner, rtol=0, atol=ATOL[dtype] / math.sqrt(c))
+    assert torch.allclose(
+        poincare.from_klein(k, c=c), inner, rtol=0, atol=ATOL[dtype] / math.sqrt(c)
+    )
 
 
 @params
@@ -221,19 +244,30 @@ def test_einstein_midpoint(dtype, c):
     # a single point with all the weight
     w = torch.zeros(x.shape[0], 2, dtype=dtype)
     w[:, 1] = 1
-    assert torch.allclose(poincare.einstein_midpoint(pair, w, c=c), y, rtol=0, atol=4 * ATOL[dtype] / math.sqrt(c))
+    assert torch.allclose(
+        poincare.einstein_midpoint(pair, w, c=c), y, rtol=0, atol=4 * ATOL[dtype] / math.sqrt(c)
+    )
 
 
 @params
 def test_mobius_matvec_identity_and_zero(dtype, c):
     x = _grid(dtype, c, 22)
     eye = torch.eye(x.shape[-1], dtype=dtype)
-    assert torch.allclose(poincare.mobius_matvec(eye, x, c=c), x, rtol=0, atol=4 * ATOL[dtype] / math.sqrt(c))
+    assert torch.allclose(
+        poincare.mobius_matvec(eye, x, c=c), x, rtol=0, atol=4 * ATOL[dtype] / math.sqrt(c)
+    )
     assert (poincare.mobius_matvec(torch.zeros(3, x.shape[-1], dtype=dtype), x, c=c) == 0).all()
     # M (x) x = expmap0(M logmap0(x))
-    M = torch.randn(3, x.shape[-1], generator=torch.Generator().manual_seed(0), dtype=torch.float64).to(dtype) * 0.3
+    M = (
+        torch.randn(
+            3, x.shape[-1], generator=torch.Generator().manual_seed(0), dtype=torch.float64
+        ).to(dtype)
+        * 0.3
+    )
     want = poincare.expmap0(poincare.logmap0(x, c=c) @ M.T, c=c)
-    assert torch.allclose(poincare.mobius_matvec(M, x, c=c), want, rtol=0, atol=10 * ATOL[dtype] / math.sqrt(c))
+    assert torch.allclose(
+        poincare.mobius_matvec(M, x, c=c), want, rtol=0, atol=10 * ATOL[dtype] / math.sqrt(c)
+    )
 
 
 # -- projections, radii, clipping ------------------------------------------------
@@ -259,12 +293,16 @@ def test_radius_norm_conversions():
         r = poincare.radius_to_norm(rho, c=c)
         back = poincare.norm_to_radius(r, c=c)
         assert torch.allclose(back[:4], rho[:4], rtol=1e-10, atol=1e-15)
-        assert abs(back[4].item() - rho[4].item()) < 1e-2 * rho[4].item()  # r rounds at 1e-13 of 1/sqrt(c)
+        assert (
+            abs(back[4].item() - rho[4].item()) < 1e-2 * rho[4].item()
+        )  # r rounds at 1e-13 of 1/sqrt(c)
         x = r[:, None] * torch.tensor([[0.6, 0.8]], dtype=torch.float64)
         d0 = poincare.distance_to_origin(x, c=c)
         assert torch.allclose(d0[:4], back[:4], rtol=1e-9, atol=0)
         assert torch.allclose(d0[4:], back[4:], rtol=1e-4, atol=0)  # rounding x at gap 1e-13
-    assert math.isclose(poincare.norm_to_radius(0.5, c=1.0).item(), 2 * math.atanh(0.5), rel_tol=1e-15)
+    assert math.isclose(
+        poincare.norm_to_radius(0.5, c=1.0).item(), 2 * math.atanh(0.5), rel_tol=1e-15
+    )
     assert math.isclose(poincare.radius_to_norm(1.0, c=1.0).item(), math.tanh(0.5), rel_tol=1e-15)
 
 
@@ -329,7 +367,9 @@ def test_stereographic_negative_k_is_poincare():
     assert torch.equal(stereographic.logmap0(x, k=-2.0), poincare.logmap0(x, c=2.0))
     assert torch.equal(stereographic.mobius_add(x, y, k=-2.0), poincare.mobius_add(x, y, c=2.0))
     assert torch.equal(stereographic.project(x * 3, k=-2.0), poincare.project(x * 3, c=2.0))
-    assert torch.equal(stereographic.pairwise_dist(x, y, k=-2.0), poincare.pairwise_dist(x, y, c=2.0))
+    assert torch.equal(
+        stereographic.pairwise_dist(x, y, k=-2.0), poincare.pairwise_dist(x, y, c=2.0)
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -344,7 +384,9 @@ def test_stereographic_continuous_through_zero(dtype):
         assert torch.allclose(stereographic.expmap0(x, k=k), x, rtol=tol)
         assert torch.allclose(stereographic.logmap0(x, k=k), x, rtol=tol)
         assert torch.allclose(stereographic.mobius_add(x, y, k=k), x + y, rtol=tol, atol=tol)
-        assert torch.allclose(stereographic.pairwise_dist(x, y, k=k).diagonal().double(), flat, rtol=tol)
+        assert torch.allclose(
+            stereographic.pairwise_dist(x, y, k=k).diagonal().double(), flat, rtol=tol
+        )
     # and the first-order term is continuous too: d(k) - d(0) changes sign with k
     d_neg = stereographic.dist(x, y, k=-1e-3).double()
     d_pos = stereographic.dist(x, y, k=1e-3).double()
@@ -362,14 +404,21 @@ def test_stereographic_sphere_matches_geoopt_and_great_circles():
         theirs = gmath.dist(x, y, k=torch.tensor(k, dtype=torch.float64))
         assert torch.allclose(ours, theirs, rtol=1e-12, atol=1e-13)
         assert (ours <= math.pi / math.sqrt(k) + 1e-12).all()
+
         # great-circle distance of the points lifted to the sphere of radius 1/sqrt(k)
         def lift(p, k=k):
             p2 = (p * p).sum(-1, keepdim=True)
-            return torch.cat([(1 - k * p2) / (1 + k * p2), 2 * math.sqrt(k) * p / (1 + k * p2)], -1) / math.sqrt(k)
+            return torch.cat(
+                [(1 - k * p2) / (1 + k * p2), 2 * math.sqrt(k) * p / (1 + k * p2)], -1
+            ) / math.sqrt(k)
 
         cosang = (lift(x) * lift(y)).sum(-1) * k
-        assert torch.allclose(ours, torch.acos(cosang.clamp(-1, 1)) / math.sqrt(k), rtol=1e-7, atol=1e-7)
-        assert torch.allclose(stereographic.pairwise_dist(x, y, k=k).diagonal(), ours, rtol=1e-10, atol=1e-12)
+        assert torch.allclose(
+            ours, torch.acos(cosang.clamp(-1, 1)) / math.sqrt(k), rtol=1e-7, atol=1e-7
+        )
+        assert torch.allclose(
+            stereographic.pairwise_dist(x, y, k=k).diagonal(), ours, rtol=1e-10, atol=1e-12
+        )
     assert torch.equal(stereographic.project(x * 100, k=1.0), x * 100)
 
 
@@ -401,7 +450,9 @@ GRAD_FUNCS = {
     "expmap": lambda x, y, c: poincare.expmap(x, y, c=c),
     "logmap": lambda x, y, c: poincare.logmap(x, y, c=c),
     "mobius_add": lambda x, y, c: poincare.mobius_add(x, y, c=c),
-    "mobius_matvec": lambda x, y, c: poincare.mobius_matvec(torch.ones(2, x.shape[-1], dtype=x.dtype), x, c=c),
+    "mobius_matvec": lambda x, y, c: poincare.mobius_matvec(
+        torch.ones(2, x.shape[-1], dtype=x.dtype), x, c=c
+    ),
     "distance_to_origin": lambda x, y, c: poincare.distance_to_origin(x, c=c),
     "cone_energy": lambda x, y, c: cones.cone_energy(x, y, c=c),
     "pairwise_cone_energy": lambda x, y, c: cones.pairwise_cone_energy(x, y, c=c),
@@ -432,7 +483,19 @@ def test_gradients_finite(name, dtype, c):
 
 
 @pytest.mark.parametrize(
-    "name", ["dist", "pairwise_dist", "expmap0", "logmap0", "expmap", "logmap", "mobius_add", "mobius_matvec", "midpoint", "cone_energy"]
+    "name",
+    [
+        "dist",
+        "pairwise_dist",
+        "expmap0",
+        "logmap0",
+        "expmap",
+        "logmap",
+        "mobius_add",
+        "mobius_matvec",
+        "midpoint",
+        "cone_energy",
+    ],
 )
 def test_gradients_correct_in_the_interior(name):
     """torch.autograd.gradcheck (float64, finite differences) on interior points."""

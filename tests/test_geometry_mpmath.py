@@ -104,7 +104,10 @@ def m_midpoint(points, w, c):
     ks = [_scale(2 / (1 + c * _dot(p, p)), p) for p in points]
     gs = [1 / mp.sqrt(1 - c * _dot(k, k)) for k in ks]
     den = mp.fsum(wi * g for wi, g in zip(w, gs, strict=True))
-    m = [mp.fsum(wi * g * k[j] for wi, g, k in zip(w, gs, ks, strict=True)) / den for j in range(len(ks[0]))]
+    m = [
+        mp.fsum(wi * g * k[j] for wi, g, k in zip(w, gs, ks, strict=True)) / den
+        for j in range(len(ks[0]))
+    ]
     return _scale(1 / (1 + mp.sqrt(1 - c * _dot(m, m))), m)
 
 
@@ -171,7 +174,9 @@ def test_against_mpmath(dtype, c, gap):
         assert _rel(poincare.logmap(x[i], y[i], c=c), m_logmap(xi, yi, cm)) < rtol
         assert _rel(poincare.expmap(x[i], v[i], c=c), m_expmap(xi, _v(v[i]), cm)) < rtol
         assert _rel(poincare.expmap0(v[i], c=c), m_expmap0(_v(v[i]), cm)) < rtol
-        assert _rel(poincare.mobius_matvec(M, x[i], c=c), m_matvec([_v(r) for r in M], xi, cm)) < rtol
+        assert (
+            _rel(poincare.mobius_matvec(M, x[i], c=c), m_matvec([_v(r) for r in M], xi, cm)) < rtol
+        )
         assert _rel(poincare.to_lorentz(x[i], c=c), m_lorentz(xi, cm)) < rtol
         assert _rel(poincare.distance_to_origin(x[i], c=c), m_dist(xi, [mpf(0)] * d, cm)) < rtol
         assert _rel(cones.cone_angle(x[i], y[i], c=c), m_xi(xi, yi, cm)) < rtol
@@ -195,7 +200,9 @@ def test_far_distances_float64(c):
         assert float(want) * math.sqrt(c) > 25
     # and a point next to its neighbour at the boundary (tiny distance, huge radius)
     x = xs[2]
-    y = x * (1 - 1e-15) + 1e-14 * torch.tensor([0.0, 1.0, 0.0, 0.0], dtype=torch.float64) / math.sqrt(c)
+    y = x * (1 - 1e-15) + 1e-14 * torch.tensor(
+        [0.0, 1.0, 0.0, 0.0], dtype=torch.float64
+    ) / math.sqrt(c)
     want = m_dist(_v(x), _v(y), mpf(c))
     assert _rel(poincare.dist(x, y, c=c), want) < 1e-12
     assert _rel(poincare.pairwise_dist(x[None], y[None], c=c)[0, 0], want) < 1e-10

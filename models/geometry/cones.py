@@ -1,4 +1,4 @@
-r"""Hyperbolic entailment cones (Ganea, Bécigneul, Hofmann 2018) in the ball of curvature :math:`-c`.
+r"""Hyperbolic entailment cones (Ganea et al. 2018) in the ball of curvature :math:`-c`.
 
 The cone of a point :math:`x` holds the points :math:`y` whose geodesic from
 :math:`x` leaves within the half-aperture :math:`\psi(x)` of the ray from the
@@ -110,13 +110,15 @@ def _atan2(s: torch.Tensor, cpart: torch.Tensor) -> torch.Tensor:
     ok = (s * s + cpart * cpart) > nm.eps(s.dtype, "tiny")
     return torch.where(
         ok,
-        torch.atan2(torch.where(ok, s, torch.zeros_like(s)), torch.where(ok, cpart, torch.ones_like(cpart))),
+        torch.atan2(
+            torch.where(ok, s, torch.zeros_like(s)), torch.where(ok, cpart, torch.ones_like(cpart))
+        ),
         torch.zeros_like(s),
     )
 
 
 def cone_angle(x: torch.Tensor, y: torch.Tensor, *, c: Curvature) -> torch.Tensor:
-    r"""Angle :math:`\Xi(x, y)` at ``x`` between the ray from the origin through ``x`` and the geodesic to ``y``.
+    r"""Angle :math:`\Xi(x, y)` at ``x`` between the ray 0 -> ``x`` and the geodesic ``x`` -> ``y``.
 
     Broadcasts (e.g. ``x`` (n, 1, d) against ``y`` (1, m, d)); values in
     :math:`[0, \pi]`. See the module docstring for the formula.
@@ -133,14 +135,14 @@ def cone_angle(x: torch.Tensor, y: torch.Tensor, *, c: Curvature) -> torch.Tenso
 
 
 def cone_energy(x: torch.Tensor, y: torch.Tensor, *, c: Curvature, K: float = 0.1) -> torch.Tensor:
-    r"""Cone violation :math:`E(x, y) = \max(0, \Xi(x, y) - \psi(x))` (0 when ``y`` is in the cone of ``x``)."""
+    r"""Cone violation :math:`E(x, y) = \max(0, \Xi(x, y) - \psi(x))` (0 inside the cone of x)."""
     return torch.relu(cone_angle(x, y, c=c) - half_aperture(x, c=c, K=K))
 
 
 def in_cone(
     x: torch.Tensor, y: torch.Tensor, *, c: Curvature, K: float = 0.1, tol: float = 0.0
 ) -> torch.Tensor:
-    r"""Whether ``y`` lies in the cone of ``x``: :math:`\Xi(x, y) \le \psi(x) + \text{tol}` (bool)."""
+    r"""Whether ``y`` is in the cone of ``x``: :math:`\Xi(x, y) \le \psi(x) + \text{tol}` (bool)."""
     return cone_angle(x, y, c=c) <= half_aperture(x, c=c, K=K) + tol
 
 
@@ -181,7 +183,7 @@ def pairwise_cone_angle(x: torch.Tensor, y: torch.Tensor, *, c: Curvature) -> to
 def pairwise_cone_energy(
     x: torch.Tensor, y: torch.Tensor, *, c: Curvature, K: float = 0.1
 ) -> torch.Tensor:
-    r""":func:`cone_energy` of every pair, (..., n, d) apexes, (..., m, d) -> (..., n, m), memory-friendly.
+    r""":func:`cone_energy` of every pair, (..., n, d) apexes, (..., m, d) -> (..., n, m).
 
     :math:`\max(0, \Xi(x_i, y_j) - \psi(x_i))` with :func:`pairwise_cone_angle`.
     """

@@ -1,4 +1,4 @@
-r"""Gromov δ-hyperbolicity of a finite metric space, as Khrulkov et al. (2020) and Hyp-ViT compute it.
+r"""Gromov δ-hyperbolicity of a finite metric space, as Khrulkov et al. 2020 and Hyp-ViT compute it.
 
 With a base point :math:`w`, the Gromov product is
 
@@ -135,7 +135,9 @@ def delta_hyperbolicity(
         elif metric == "poincare":
             D = poincare.pairwise_dist(X, X, c=c)
         else:
-            raise ValueError(f"unknown metric {metric!r} (expected 'euclidean', 'poincare' or a callable)")
+            raise ValueError(
+                f"unknown metric {metric!r} (expected 'euclidean', 'poincare' or a callable)"
+            )
     delta = max(gromov_delta(D), 0.0)
     diameter = float(D.max())
     delta_rel = 2 * delta / diameter if diameter > 0 else 0.0

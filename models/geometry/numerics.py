@@ -294,7 +294,7 @@ def _smooth(q: torch.Tensor, coeffs, f: Callable[[torch.Tensor], torch.Tensor]) 
 
 
 def tanhc(q: torch.Tensor) -> torch.Tensor:
-    r""":math:`\tanh(\sqrt q)/\sqrt q` for :math:`q \ge 0`, smooth at 0 (Taylor series below eps "series")."""
+    r""":math:`\tanh(\sqrt q)/\sqrt q` for :math:`q \ge 0`, smooth at 0 (a series near 0)."""
     return _smooth(q, _TANHC, torch.tanh)
 
 
@@ -358,7 +358,7 @@ def gram_pairwise(
 
 
 def pairwise_sqdist(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    r"""Squared Euclidean distances :math:`\|x_i - y_j\|^2`, (..., n, d), (..., m, d) -> (..., n, m).
+    r"""Squared distances :math:`\|x_i - y_j\|^2`, (..., n, d), (..., m, d) -> (..., n, m).
 
     .. math::
 

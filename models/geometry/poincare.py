@@ -248,7 +248,9 @@ def dist(x: torch.Tensor, y: torch.Tensor, *, c: Curvature, keepdim: bool = Fals
 
 
 def pairwise_dist_arg(x: torch.Tensor, y: torch.Tensor, *, c: Curvature) -> torch.Tensor:
-    r""":func:`dist_arg` of every pair: (..., n, d), (..., m, d) -> (..., n, m); see :func:`pairwise_dist`."""
+    r""":func:`dist_arg` of every pair, (..., n, d), (..., m, d) -> (..., n, m).
+
+    Same Gram form and fallback as :func:`pairwise_dist`."""
     c_t = nm.as_curvature(c, x)
     sq = nm.pairwise_sqdist(x, y).to(x.dtype)
     gx = gap(x, c=c)[..., :, None]
@@ -288,7 +290,12 @@ def norm_to_radius(r_euclid, *, c: Curvature) -> torch.Tensor:
 
 
 def distance_to_origin(x: torch.Tensor, *, c: Curvature, keepdim: bool = False) -> torch.Tensor:
-    r"""Hyperbolic distance to the origin, :math:`\frac{2}{\sqrt c}\operatorname{artanh}(\sqrt c\|x\|)`.
+    r"""Hyperbolic distance to the origin.
+
+    .. math::
+
+        d(0, x) = \frac{2}{\sqrt c}\operatorname{artanh}(\sqrt c\|x\|)
+
 
     Same kernel as :func:`dist` with :math:`y = 0`.
     """
@@ -388,8 +395,10 @@ def logmap(x: torch.Tensor, y: torch.Tensor, *, c: Curvature) -> torch.Tensor:
     gy = gap(y, c=c, keepdim=True)
     delta = y - x
     sq = (delta * delta).sum(-1, keepdim=True)
-    m = gx * gx - 2 * c_t * gx * (delta * x).sum(-1, keepdim=True) + c_t * c_t * sq * (x * x).sum(
-        -1, keepdim=True
+    m = (
+        gx * gx
+        - 2 * c_t * gx * (delta * x).sum(-1, keepdim=True)
+        + c_t * c_t * sq * (x * x).sum(-1, keepdim=True)
     )
     n = gx * delta - c_t * sq * x
     return nm.asinhc(c_t * sq / (gx * gy)) * (gx / (gy * m)).sqrt() * n
@@ -447,7 +456,6 @@ def from_lorentz(h: torch.Tensor, *, c: Curvature) -> torch.Tensor:
 
 def to_klein(x: torch.Tensor, *, c: Curvature) -> torch.Tensor:
     r"""Poincaré ball -> Klein model, :math:`k = 2x/(1 + c\|x\|^2)`."""
-    c_t = nm.as_curvature(c, x)
     return 2 * x / (2 - gap(x, c=c, keepdim=True))
 
 

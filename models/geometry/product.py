@@ -1,4 +1,4 @@
-r"""Products of constant-curvature spaces (Gu et al. 2019): Poincaré balls, spheres, Euclidean spaces.
+r"""Products of constant-curvature spaces (Gu et al. 2019): balls, spheres, Euclidean spaces.
 
 A point of the product is the concatenation of its factors' coordinates along
 the last dim; the distance is the :math:`\ell_2` combination of the factors'
@@ -44,7 +44,7 @@ _DIM = re.compile(r"[1-9][0-9]*")
 
 
 class Factor(NamedTuple):
-    """One factor of a product space: ``kind`` in :data:`KINDS`, ``dim`` > 0, curvature magnitude > 0."""
+    """A factor: ``kind`` in :data:`KINDS`, ``dim`` > 0, curvature magnitude > 0."""
 
     kind: str
     dim: int
@@ -84,15 +84,25 @@ class ProductSpace:
             raise ValueError("a product space needs at least one factor")
         for f in fs:
             if f.kind not in KINDS:
-                raise ValueError(f"unknown factor kind {f.kind!r} (expected one of {', '.join(KINDS)})")
+                raise ValueError(
+                    f"unknown factor kind {f.kind!r} (expected one of {', '.join(KINDS)})"
+                )
             if isinstance(f.dim, bool) or not isinstance(f.dim, int) or f.dim < 1:
-                raise ValueError(f"factor {f.kind!r}: dimension must be a positive int, got {f.dim!r}")
+                raise ValueError(
+                    f"factor {f.kind!r}: dimension must be a positive int, got {f.dim!r}"
+                )
             curv = float(f.curvature)
             if not (curv > 0 and math.isfinite(curv)):
-                raise ValueError(f"factor {f.kind!r}: curvature must be finite and positive, got {f.curvature!r}")
+                raise ValueError(
+                    f"factor {f.kind!r}: curvature must be finite and positive, got {f.curvature!r}"
+                )
             if f.kind == "euclidean" and curv != 1.0:
-                raise ValueError(f"factor {f.kind!r}: a euclidean factor takes no curvature, got {f.curvature!r}")
-        object.__setattr__(self, "factors", tuple(Factor(f.kind, f.dim, float(f.curvature)) for f in fs))
+                raise ValueError(
+                    f"factor {f.kind!r}: a euclidean factor takes no curvature, got {f.curvature!r}"
+                )
+        object.__setattr__(
+            self, "factors", tuple(Factor(f.kind, f.dim, float(f.curvature)) for f in fs)
+        )
 
     # -- the string form ----------------------------------------------------
 
@@ -109,7 +119,9 @@ class ProductSpace:
             if not sep:
                 raise ValueError(f"factor {item!r}: expected kind:dim[@curvature]")
             if kind not in KINDS:
-                raise ValueError(f"factor {item!r}: unknown kind {kind!r} (expected one of {', '.join(KINDS)})")
+                raise ValueError(
+                    f"factor {item!r}: unknown kind {kind!r} (expected one of {', '.join(KINDS)})"
+                )
             dim_s, at, curv_s = rest.partition("@")
             dim_s = dim_s.strip()
             if not _DIM.fullmatch(dim_s):
@@ -123,7 +135,10 @@ class ProductSpace:
                 except ValueError:
                     raise ValueError(f"factor {item!r}: bad curvature {curv_s.strip()!r}") from None
                 if not (curv > 0 and math.isfinite(curv)):
-                    raise ValueError(f"factor {item!r}: curvature must be finite and positive, got {curv_s.strip()!r}")
+                    raise ValueError(
+                        f"factor {item!r}: curvature must be finite and positive, "
+                        f"got {curv_s.strip()!r}"
+                    )
             factors.append(Factor(kind, int(dim_s), curv))
         return cls(tuple(factors))
 
@@ -161,12 +176,15 @@ class ProductSpace:
         return torch.stack(torch.broadcast_tensors(*out), dim=-1)
 
     def dist(self, x: torch.Tensor, y: torch.Tensor, *, keepdim: bool = False) -> torch.Tensor:
-        r"""Product distance :math:`\sqrt{\sum_i d_i^2}` (broadcasts; zero gradient on the diagonal)."""
+        r"""Product distance :math:`\sqrt{\sum_i d_i^2}` (broadcasts; zero gradient at x = y)."""
         d = self.factor_dists(x, y)
         return nm.safe_sqrt((d * d).sum(-1, keepdim=keepdim))
 
     def pairwise_dist(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """:meth:`dist` of every pair, (..., n, D), (..., m, D) -> (..., n, m), from Gram products per factor."""
+        """:meth:`dist` of every pair, (..., n, D), (..., m, D) -> (..., n, m).
+
+        Built from Gram products per factor (memory O(nm), see
+        :func:`models.geometry.numerics.pairwise_sqdist`)."""
         total = None
         for f, a, b in zip(self.factors, self.split(x), self.split(y), strict=True):
             if f.kind == "euclidean":

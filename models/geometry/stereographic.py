@@ -160,7 +160,7 @@ def mobius_add(x: torch.Tensor, y: torch.Tensor, *, k: Curvature) -> torch.Tenso
 
 
 def project(x: torch.Tensor, *, k: Curvature) -> torch.Tensor:
-    """Into the model: κ < 0 :func:`models.geometry.poincare.project`; κ ≥ 0 every point is valid (identity)."""
+    """Into the model: κ < 0 :func:`models.geometry.poincare.project`; κ ≥ 0 identity."""
     k_t, k_val = _k(k, x)
     if k_val < 0:
         return poincare.project(x, c=_neg(k, k_t))
