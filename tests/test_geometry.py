@@ -19,6 +19,16 @@ import torch
 
 from models.geometry import cones, numerics, poincare
 
+
+@pytest.fixture(autouse=True, scope="module")
+def _single_thread():
+    """Tiny tensors: torch's thread pool only adds latency (and spins on a busy machine)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 REFERENCE = Path(__file__).resolve().parents[2] / "shared/testdata/geometry_reference.json"
 
 

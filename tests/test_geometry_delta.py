@@ -12,6 +12,15 @@ import torch
 from models.geometry import delta
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _single_thread():
+    """Tiny tensors: torch's thread pool only adds latency (and spins on a busy machine)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 def _tree_metric(n, seed):
     """Path lengths of a random weighted tree (node i > 0 hangs off a random earlier node)."""
     rng = np.random.default_rng(seed)

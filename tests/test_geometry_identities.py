@@ -9,6 +9,16 @@ import torch
 
 from models.geometry import cones, numerics, poincare, stereographic
 
+
+@pytest.fixture(autouse=True, scope="module")
+def _single_thread():
+    """Tiny tensors: torch's thread pool only adds latency (and spins on a busy machine)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 DTYPES = [torch.float32, torch.float64]
 CURVATURES = [0.1, 1.0, 2.5]
 # smallest boundary gap used per dtype (1 - sqrt(c)|x|), and a coordinate tolerance

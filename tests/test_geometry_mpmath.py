@@ -20,6 +20,16 @@ import torch
 
 from models.geometry import cones, poincare
 
+
+@pytest.fixture(autouse=True, scope="module")
+def _single_thread():
+    """Tiny tensors: torch's thread pool only adds latency (and spins on a busy machine)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 mpmath = pytest.importorskip("mpmath")
 mp = mpmath.MPContext()  # a private 50-digit context: the global mpmath.mp is left alone
 mp.dps = 50
