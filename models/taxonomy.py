@@ -429,6 +429,24 @@ class Taxonomy:
             word_index=self._words() if self._lemmas is not None else None,
         )
 
+    def induced(self, nodes: Iterable[str | int]) -> Taxonomy:
+        """The sub-hierarchy on *nodes*: those nodes and the direct edges among them (metadata kept).
+
+        Include the ancestors of the nodes you keep, or their chains to a root
+        break (a kept node whose parents are all dropped becomes a root).
+        """
+        keep = sorted({self._id(x) for x in nodes})
+        names = self._names
+        keep_set = set(keep)
+        edges = [(names[c], names[p]) for c in keep for p in self._parents[c] if p in keep_set]
+        return type(self)._build(
+            edges,
+            (names[i] for i in keep),
+            lemmas=self._lemmas,
+            glosses=self._glosses,
+            word_index=self._words() if self._lemmas is not None else None,
+        )
+
     def to_tsv(self, path: str | os.PathLike, closure: bool = True) -> None:
         """Write ``child<TAB>parent`` lines atomically (temp file + ``os.replace``).
 
