@@ -22,7 +22,7 @@ def _single_thread():
 DTYPES = [torch.float32, torch.float64]
 CURVATURES = [0.1, 1.0, 2.5]
 # smallest boundary gap used per dtype (1 - sqrt(c)|x|), and a coordinate tolerance
-GAP = {torch.float64: 1e-10, torch.float32: 1e-4}
+GAP = {torch.float64: 1e-10, torch.float32: 1e-5}
 ATOL = {torch.float64: 1e-12, torch.float32: 2e-5}
 
 

@@ -1,10 +1,10 @@
 """models.geometry against an independent 50-digit mpmath evaluation on random points.
 
-Points are drawn (seeded) at relative gaps 1 - sqrt(c)|x| of 0.5, 1e-2, 1e-5
-and, in float64, 1e-10 -- hyperbolic radius up to about 23/sqrt(c) -- for
-c in {0.1, 1, 2.5}; mpmath evaluates the textbook formulas (arcosh, artanh,
-arccos, Möbius addition as written) on the exact values of the given float
-inputs. Tolerances, relative: float64 1e-12 at every gap (the gap
+Points are drawn (seeded) at relative gaps 1 - sqrt(c)|x| of 0.5 and 1e-2, and
+with norms within 1e-5 and, in float64, 1e-10 of 1/sqrt(c) (hyperbolic radius
+up to about 24/sqrt(c)), for c in {0.1, 1, 2.5}; mpmath evaluates the
+textbook formulas (arcosh, artanh, arccos, Möbius addition as written) on the
+exact values of the given float inputs. Tolerances, relative: float64 1e-12 at every gap (the gap
 1 - c|x|^2 is formed without cancellation, so nothing degrades towards the
 boundary: measured worst 2e-14); float32 2e-5 (inputs rounded to float32
 first and fed to mpmath as such).
@@ -36,7 +36,11 @@ mp.dps = 50
 mpf = mp.mpf
 
 CURVATURES = [0.1, 1.0, 2.5]
-GAPS = {torch.float64: [0.5, 1e-2, 1e-5, 1e-10], torch.float32: [0.5, 1e-2, 1e-5]}
+# ("rel", g): 1 - sqrt(c)|x| = g;  ("abs", e): |x| = 1/sqrt(c) - e
+GAPS = {
+    torch.float64: [("rel", 0.5), ("rel", 1e-2), ("abs", 1e-5), ("abs", 1e-10)],
+    torch.float32: [("rel", 0.5), ("rel", 1e-2), ("abs", 1e-5)],
+}
 RTOL = {torch.float64: 1e-12, torch.float32: 2e-5}
 
 
@@ -156,8 +160,11 @@ def _rel(got, want):
 def _cases():
     for dtype in (torch.float64, torch.float32):
         for c in CURVATURES:
-            for gap in GAPS[dtype]:
-                yield pytest.param(dtype, c, gap, id=f"{str(dtype)[6:]}-c{c}-gap{gap:.0e}")
+            for kind, g in GAPS[dtype]:
+                gap = (
+                    g if kind == "rel" else g * math.sqrt(c)
+                )  # relative gap of |x| = 1/sqrt(c) - g
+                yield pytest.param(dtype, c, gap, id=f"{str(dtype)[6:]}-c{c}-{kind}{g:.0e}")
 
 
 @pytest.mark.parametrize(("dtype", "c", "gap"), list(_cases()))

@@ -76,20 +76,23 @@ class Guards:
 #: dtype     norm     boundary  angle  series  cancel  tiny
 #: ========  =======  ========  =====  ======  ======  =========
 #: float64   1e-15    1e-15     1e-15  1e-4    1e-5    2.2e-308
-#: float32   1e-15    1e-5      1e-7   1e-2    1e-5*   1.2e-38
+#: float32   1e-15    1e-6      1e-7   1e-2    1e-5*   1.2e-38
 #: float16   1e-7     1e-3      1e-3   1e-1    1e-5*   6.1e-5
 #: bfloat16  1e-15    1e-2      1e-2   1e-1    1e-5*   1.2e-38
 #: ========  =======  ========  =====  ======  ======  =========
 #:
 #: ``boundary``: float64 allows hyperbolic radius ``ln(2/1e-15) = 35.2/sqrt(c)``
-#: (the largest float below 1 would allow 37.4); float32 allows 12.2/sqrt(c),
-#: where a float32 coordinate still fixes ``1 - c|x|^2`` to about 1 %.
+#: (the largest float below 1 would allow 37.4); float32 allows 14.5/sqrt(c),
+#: i.e. norms within 1e-5 of 1/sqrt(c) for every c >= 0.01, where a float32
+#: coordinate still fixes ``1 - c|x|^2`` to about 5 % (so distances to about
+#: 0.05/sqrt(c)); the gap itself is always computed exactly from the given
+#: coordinates. float16/bfloat16 rows are best effort (not tested).
 #: ``cancel`` (*): Gram products are always formed in float64
 #: (:func:`accurate_dtype`), so one float64 threshold serves every dtype; with
 #: it the Gram form of ``|x-y|^2`` keeps about 1e-10 relative accuracy.
 EPS: dict[torch.dtype, Guards] = {
     torch.float64: Guards(1e-15, 1e-15, 1e-15, 1e-4, 1e-5, torch.finfo(torch.float64).tiny),
-    torch.float32: Guards(1e-15, 1e-5, 1e-7, 1e-2, 1e-5, torch.finfo(torch.float32).tiny),
+    torch.float32: Guards(1e-15, 1e-6, 1e-7, 1e-2, 1e-5, torch.finfo(torch.float32).tiny),
     torch.float16: Guards(1e-7, 1e-3, 1e-3, 1e-1, 1e-5, torch.finfo(torch.float16).tiny),
     torch.bfloat16: Guards(1e-15, 1e-2, 1e-2, 1e-1, 1e-5, torch.finfo(torch.bfloat16).tiny),
 }

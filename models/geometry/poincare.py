@@ -4,8 +4,8 @@ Every function takes tensors whose last dim holds the coordinates and
 broadcasts over the leading dims; the curvature magnitude ``c > 0`` is
 keyword-only, a python float or a 0-d tensor (which may be learnable).
 float32 and float64 both work; float64 keeps points within 1e-15 relative of
-the boundary (hyperbolic radius up to 35/√c), float32 within 1e-5
-(see :mod:`models.geometry.numerics`).
+the boundary (hyperbolic radius up to 35/√c), float32 within 1e-6 (14.5/√c;
+see :mod:`models.geometry.numerics`).
 
 Conventions (those of ``shared/testdata/geometry_reference.json``)::
 
