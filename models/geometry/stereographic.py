@@ -3,16 +3,17 @@ r"""The κ-stereographic model: one chart for κ < 0 (Poincaré ball), κ = 0, �
 Thin wrappers with keyword-only curvature ``k`` (python float or 0-d tensor),
 continuous through :math:`\kappa = 0`. For :math:`\kappa < 0` every function is
 :mod:`models.geometry.poincare` at :math:`c = -\kappa` (accurate up to the
-boundary); for :math:`\kappa \ge 0` expmap0, logmap0, mobius_add and project
-are geoopt's ``geoopt.manifolds.stereographic.math`` (whose ``tan_k`` and
-``artan_k`` switch to Taylor series at :math:`\kappa = 0`).
+boundary); for :math:`\kappa \ge 0` expmap0, logmap0 and mobius_add are
+geoopt's ``geoopt.manifolds.stereographic.math`` (whose ``tan_k`` and
+``artan_k`` switch to Taylor series at :math:`\kappa = 0`; imported on first
+use), project is the identity, and dist is the kernel below.
 
 The metric is :math:`\left(\frac{2}{1 + \kappa\|x\|^2}\right)^2` times the
 Euclidean one, so at :math:`\kappa = 0` it is *4 times* the Euclidean metric:
 ``dist(x, y, k=0) = 2|x - y|`` and ``expmap0(v, k=0) = v`` (geoopt's
 convention, and the limit of the Poincaré formulas as :math:`c \to 0`). A
-plain Euclidean factor of a product space is :class:`models.geometry.product.ProductSpace`'s
-"euclidean" kind, not this model at κ = 0.
+plain Euclidean factor of a product space is the "euclidean" kind of
+:class:`models.geometry.product.ProductSpace`, not this model at κ = 0.
 
 For :math:`\kappa > 0` the coordinates are the stereographic projection of the
 sphere of radius :math:`1/\sqrt\kappa` (from its "south pole"); every point of
@@ -47,7 +48,6 @@ References
 from __future__ import annotations
 
 import torch
-from geoopt.manifolds.stereographic import math as gmath
 
 from . import numerics as nm
 from . import poincare
@@ -55,6 +55,14 @@ from . import poincare
 __all__ = ["dist", "expmap0", "logmap0", "mobius_add", "pairwise_dist", "project"]
 
 Curvature = float | torch.Tensor
+
+
+def _gmath():
+    # geoopt is imported on first use (κ >= 0): it costs ~0.7 s and its
+    # torch.jit.script decorators warn at import; the Poincaré path needs none of it
+    from geoopt.manifolds.stereographic import math as gmath
+
+    return gmath
 
 
 def _k(k: Curvature, like: torch.Tensor) -> tuple[torch.Tensor, float]:
@@ -128,7 +136,7 @@ def expmap0(v: torch.Tensor, *, k: Curvature) -> torch.Tensor:
     k_t, k_val = _k(k, v)
     if k_val < 0:
         return poincare.expmap0(v, c=_neg(k, k_t))
-    return gmath.expmap0(v, k=k_t)
+    return _gmath().expmap0(v, k=k_t)
 
 
 def logmap0(y: torch.Tensor, *, k: Curvature) -> torch.Tensor:
@@ -139,7 +147,7 @@ def logmap0(y: torch.Tensor, *, k: Curvature) -> torch.Tensor:
     k_t, k_val = _k(k, y)
     if k_val < 0:
         return poincare.logmap0(y, c=_neg(k, k_t))
-    return gmath.logmap0(y, k=k_t)
+    return _gmath().logmap0(y, k=k_t)
 
 
 def mobius_add(x: torch.Tensor, y: torch.Tensor, *, k: Curvature) -> torch.Tensor:
@@ -156,7 +164,7 @@ def mobius_add(x: torch.Tensor, y: torch.Tensor, *, k: Curvature) -> torch.Tenso
     k_t, k_val = _k(k, x)
     if k_val < 0:
         return poincare.mobius_add(x, y, c=_neg(k, k_t))
-    return gmath.mobius_add(x, y, k=k_t)
+    return _gmath().mobius_add(x, y, k=k_t)
 
 
 def project(x: torch.Tensor, *, k: Curvature) -> torch.Tensor:
