@@ -223,3 +223,23 @@ def test_far_distances_float64(c):
     want = m_dist(_v(x), _v(y), mpf(c))
     assert _rel(poincare.dist(x, y, c=c), want) < 1e-12
     assert _rel(poincare.pairwise_dist(x[None], y[None], c=c)[0, 0], want) < 1e-10
+
+
+@pytest.mark.parametrize("c", CURVATURES)
+def test_mobius_difference_of_neighbours_at_the_boundary(c):
+    """(-x) (+) y for neighbours 1e-10 from the boundary (distance ~1): the textbook
+    form (geoopt's) cancels to nothing there; the form used keeps full precision."""
+    from geoopt.manifolds.stereographic import math as gmath
+
+    gen = torch.Generator().manual_seed(11)
+    k = torch.tensor(-c, dtype=torch.float64)
+    worst_ours = worst_geoopt = 0.0
+    for _ in range(5):
+        x = _points(1, 5, c, 1e-10, torch.float64, gen)[0]
+        y = poincare.expmap(x, 1e-10 * torch.randn(5, generator=gen, dtype=torch.float64), c=c)
+        want = m_madd(_v(-x), _v(y), mpf(c))
+        worst_ours = max(worst_ours, _rel(poincare.mobius_add(-x, y, c=c), want))
+        worst_geoopt = max(worst_geoopt, _rel(gmath.mobius_add(-x, y, k=k), want))
+        assert _rel(poincare.logmap(x, y, c=c), m_logmap(_v(x), _v(y), mpf(c))) < 1e-12
+    assert worst_ours < 1e-13
+    assert worst_geoopt > 1e-3
