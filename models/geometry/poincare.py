@@ -92,7 +92,7 @@ Curvature = float | torch.Tensor
 
 
 # --------------------------------------------------------------------------
-# private kernels (all formulas live once, here)
+# kernels: every formula lives once, here (gap is public, the rest private)
 
 
 def gap(x: torch.Tensor, *, c: Curvature, keepdim: bool = False) -> torch.Tensor:
