@@ -41,7 +41,7 @@ API
     ``filter_ids``: only these ids; ``labels``: items whose label is in the
     set; ``under``: items whose *holding label* is in the set (pass all the
     descendants-or-self of a taxonomy node).  Filters combine by intersection.
-    ``ef``: hnsw candidates per pass (default 128).
+    ``ef``: hnsw candidates of a re-centred pass (default 256).
 ``search_hierarchical(query, chain, descendants_of, k=10, offset=0, *, ef=None) -> list[HierarchicalHit]``
     ``chain = [l0, parent(l0), ..., root]`` (for a DAG the caller picks one
     parent chain), ``descendants_of(label) -> iterable of labels``.  Level

@@ -377,7 +377,9 @@ class HyperbolicIndex:
         try:
             self._restore_snapshot()
             return
-        except SnapshotError as exc:
+        except Exception as exc:  # noqa: BLE001 - whatever is wrong with the cache, rebuild
+            if not isinstance(exc, SnapshotError):
+                exc = SnapshotError(f"the snapshot could not be used ({type(exc).__name__}: {exc})")
             if self._store.count_live() or (self._path / "manifest.json").exists():
                 log.warning(
                     "index %s: %s; rebuilding the index from the store (%d items)",

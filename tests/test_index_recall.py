@@ -41,8 +41,8 @@ def test_hnsw_recall_default_params(big):
 def test_hnsw_recall_rises_with_ef(big):
     x, q, truth, _, hnsw = big
     low = recall_at(hnsw.search(q, k=10, ef=16)[0], truth)
-    high = recall_at(hnsw.search(q, k=10, ef=256)[0], truth)
-    assert high >= 0.995 and high >= low
+    high = recall_at(hnsw.search(q, k=10, ef=512)[0], truth)
+    assert high >= 0.995 and high > low
 
 
 def test_recentring_beats_plain_l2(big):
@@ -50,11 +50,13 @@ def test_recentring_beats_plain_l2(big):
     # ancestors of deep points; the re-centred passes find them
     x, q, truth, _, hnsw = big
     backend = hnsw._backend
+    default = backend._p["passes"]
+    assert default >= 2
     backend._p["passes"] = 1
     try:
         plain = recall_at(hnsw.search(q, k=10)[0], truth)
     finally:
-        backend._p["passes"] = 3
+        backend._p["passes"] = default
     assert plain < recall_at(hnsw.search(q, k=10)[0], truth)
 
 
@@ -98,7 +100,7 @@ def test_heavy_deletes_small_remaining_set():
     ix = HyperbolicIndex(16, backend="hnsw", M=4, ef_construction=20)
     ix.add(x, make_ids(1500))
     ix.delete(make_ids(1500)[:400])  # 27%: no compaction yet
-    ids, dist = ix.search(q, k=30, ef=30)
+    ids, dist = ix.search(q, k=30)
     order, bf = brute_force(x[400:], q, 30)
     assert recall_at(ids, np.array(make_ids(1500))[400:][order]) >= 0.9
     assert ids.shape == (10, 30) and (np.diff(dist, axis=1) >= 0).all()
