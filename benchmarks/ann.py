@@ -57,7 +57,8 @@ def rss_bytes() -> int:
 
 
 def exact_truth(x: np.ndarray, q: np.ndarray, k: int, c: float, pool: int = 256):
-    """Exact float64 top-k: float32-proxy top-``pool`` of a full scan, re-ranked by models.geometry."""
+    """Exact float64 top-k: float32-proxy top-``pool`` of a full scan, re-ranked by
+    models.geometry."""
     import torch
 
     space = PoincareSpace(x.shape[1], c)
@@ -70,7 +71,9 @@ def exact_truth(x: np.ndarray, q: np.ndarray, k: int, c: float, pool: int = 256)
     for a in range(0, len(q), step):
         keys = space.proxy_keys(q[a : a + step], prepared)
         with torch_threads():
-            cand = torch.topk(torch.from_numpy(keys), min(pool, len(x)), dim=1, largest=False)[1].numpy()
+            cand = torch.topk(torch.from_numpy(keys), min(pool, len(x)), dim=1, largest=False)[
+                1
+            ].numpy()
         s, d = rerank(space, table, q[a : a + step], cand, k)
         out_s[a : a + step], out_d[a : a + step] = s, d
     return out_s, out_d
@@ -94,7 +97,14 @@ def brute_force_check(x, q, truth_s, truth_d, c, n_check):
 
 
 def recall(found: np.ndarray, truth: np.ndarray) -> float:
-    return float(np.mean([len(set(a.tolist()) & set(b.tolist())) / truth.shape[1] for a, b in zip(found, truth)]))
+    return float(
+        np.mean(
+            [
+                len(set(a.tolist()) & set(b.tolist())) / truth.shape[1]
+                for a, b in zip(found, truth, strict=True)
+            ]
+        )
+    )
 
 
 def timed_search(ix: HyperbolicIndex, q: np.ndarray, k: int, threads: int, batch: int, **kw):
@@ -138,7 +148,9 @@ def worker(args) -> int:
     name = args.worker
     params = {"M": args.M, "ef_construction": args.ef_construction} if name == "hnsw" else {}
     ix, el, grown, acct = build(x, ids, c, name, **params)
-    label = name if name == "exact" else f"hnsw (M={args.M}, ef_construction={args.ef_construction})"
+    label = (
+        name if name == "exact" else f"hnsw (M={args.M}, ef_construction={args.ef_construction})"
+    )
     print(json.dumps({"build": [label, el, grown / len(x), acct / len(x)]}), flush=True)
 
     def run(setting, **kw):
@@ -176,7 +188,9 @@ def main(argv=None) -> int:
     ap.add_argument("--ef-construction", type=int, default=200)
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--batch", type=int, default=100, help="queries per search call")
-    ap.add_argument("--check", type=int, default=30, help="queries checked against plain brute force")
+    ap.add_argument(
+        "--check", type=int, default=30, help="queries checked against plain brute force"
+    )
     ap.add_argument("--write-readme", action="store_true")
     ap.add_argument("--readme", default=str(ROOT / "README.md"))
     ap.add_argument("--worker", help=argparse.SUPPRESS)
@@ -190,10 +204,11 @@ def main(argv=None) -> int:
     def say(*a):
         print(*a, file=sys.stderr, flush=True)
 
+    load0 = os.getloadavg()[0]
     say(f"data: {args.n} x {args.dim}-d hierarchical cloud, {args.queries} queries, c={c}")
     x, q = hierarchical_cloud(args.n, args.dim, curvature=c, seed=args.seed, n_queries=args.queries)
     norms = np.linalg.norm(x, axis=1) * np.sqrt(c)
-    ids = [f"i{j}" for j in range(len(x))]
+    [f"i{j}" for j in range(len(x))]
     t0 = time.perf_counter()
     truth_s, truth_d = exact_truth(x, q, k, c)
     say(f"truth: {time.perf_counter() - t0:.1f} s")
@@ -210,8 +225,20 @@ def main(argv=None) -> int:
         tpath = os.path.join(tmp, "truth.npy")
         np.save(tpath, truth_s)
         base = [sys.executable, os.path.abspath(__file__), "--truth", tpath]
-        for opt in ("n", "dim", "queries", "k", "curvature", "seed", "ef", "plain_ef", "M",
-                    "ef_construction", "threads", "batch"):
+        for opt in (
+            "n",
+            "dim",
+            "queries",
+            "k",
+            "curvature",
+            "seed",
+            "ef",
+            "plain_ef",
+            "M",
+            "ef_construction",
+            "threads",
+            "batch",
+        ):
             base += [f"--{opt.replace('_', '-')}", str(getattr(args, opt))]
         for name in ("exact", "hnsw"):
             proc = subprocess.Popen(base + ["--worker", name], stdout=subprocess.PIPE, text=True)
@@ -219,31 +246,49 @@ def main(argv=None) -> int:
                 rec = json.loads(line)
                 if "build" in rec:
                     builds.append(tuple(rec["build"]))
-                    say(f"{rec['build'][0]}: build {rec['build'][1]:.1f} s, "
-                        f"RSS +{rec['build'][2]:,.0f} B/vector")
+                    say(
+                        f"{rec['build'][0]}: build {rec['build'][1]:.1f} s, "
+                        f"RSS +{rec['build'][2]:,.0f} B/vector"
+                    )
                 else:
                     n_, setting, rcl, qps = rec["row"]
                     rows.append((n_, setting, rcl, qps))
-                    say(f"{n_:6s} {setting:30s} recall@{k} {rcl:.4f}  "
-                        + "  ".join(f"{t}t {v:,.0f} q/s" for t, v in zip(threads, qps)))
+                    say(
+                        f"{n_:6s} {setting:30s} recall@{k} {rcl:.4f}  "
+                        + "  ".join(f"{t}t {v:,.0f} q/s" for t, v in zip(threads, qps, strict=True))
+                    )
             if proc.wait() != 0:
                 say(f"worker {name} failed ({proc.returncode})")
                 return 1
 
-    head = "| backend | search setting | recall@10 | " + " | ".join(f"q/s, {t} thread{'s' if t > 1 else ''}" for t in threads) + " |"
+    head = (
+        "| backend | search setting | recall@10 | "
+        + " | ".join(f"q/s, {t} thread{'s' if t > 1 else ''}" for t in threads)
+        + " |"
+    )
     lines = [
         f"ANN benchmark (`benchmarks/ann.py --n {args.n} --dim {args.dim}`): hierarchical cloud of "
-        f"{args.n:,} points in the {args.dim}-d Poincaré ball (c = {c:g}; {np.mean((norms >= 0.9) & (norms <= 0.999)):.0%} "
-        f"of norms in [0.9, 0.999], {np.mean(norms > 0.999):.0%} beyond), {len(q):,} fresh queries, "
+        f"{args.n:,} points in the {args.dim}-d Poincaré ball (c = {c:g}; "
+        f"{np.mean((norms >= 0.9) & (norms <= 0.999)):.0%} of norms in [0.9, 0.999], "
+        f"{np.mean(norms > 0.999):.0%} beyond), {len(q):,} fresh queries, "
         f"truth = exact float64 top-{k}. Batches of {args.batch} queries per call; "
-        f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}.",
+        f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
+        f"load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end "
+        "(other processes share the CPUs).",
         "",
         head,
         "|" + "---|" * (3 + len(threads)),
     ]
     for name, setting, rec, qps in rows:
-        lines.append(f"| {name} | {setting} | {rec:.4f} | " + " | ".join(f"{v:,.0f}" for v in qps) + " |")
-    lines += ["", "| backend | build time | memory / vector (RSS growth) | memory / vector (index accounting) |", "|---|---|---|---|"]
+        lines.append(
+            f"| {name} | {setting} | {rec:.4f} | " + " | ".join(f"{v:,.0f}" for v in qps) + " |"
+        )
+    lines += [
+        "",
+        "| backend | build time | memory / vector (RSS growth) "
+        "| memory / vector (index accounting) |",
+        "|---|---|---|---|",
+    ]
     for name, el, g, a in builds:
         lines.append(f"| {name} | {el:.1f} s | {g:,.0f} B | {a:,.0f} B |")
     table = "\n".join(lines)

@@ -14,7 +14,8 @@ with ``d(x, y) = arcosh(1 + 2c|x-y|^2 / ((1-c|x|^2)(1-c|y|^2))) / sqrt(c)``
 
 API
 ---
-``HyperbolicIndex(dim=None, curvature=1.0, *, space=None, backend="auto", path=None, cones=None, **backend_params)``
+``HyperbolicIndex(dim=None, curvature=1.0, *, space=None, backend="auto", path=None,
+cones=None, **backend_params)``
     ``backend``: ``"exact"`` (full scan: float32 ranking proxy, ``max(4k, k+32)``
     candidates re-ranked in float64), ``"hnsw"`` (hnswlib ``l2`` graph on the
     Poincaré coordinates, re-centred multi-pass search, exact re-ranking; see
@@ -42,7 +43,8 @@ API
     set; ``under``: items whose *holding label* is in the set (pass all the
     descendants-or-self of a taxonomy node).  Filters combine by intersection.
     ``ef``: hnsw candidates of a re-centred pass (default 256).
-``search_hierarchical(query, chain, descendants_of, k=10, offset=0, *, ef=None) -> list[HierarchicalHit]``
+``search_hierarchical(query, chain, descendants_of, k=10, offset=0, *, ef=None)``
+``-> list[HierarchicalHit]``
     ``chain = [l0, parent(l0), ..., root]`` (for a DAG the caller picks one
     parent chain), ``descendants_of(label) -> iterable of labels``.  Level
     ``i`` = items whose holding label is a descendant-or-self of ``l_i`` but
@@ -56,7 +58,8 @@ API
     the root of the chain if none does (:mod:`indexing.cones`).  Without cones
     the holding label is the item's own label.  Cones are persisted in the
     store; setting different cones recomputes every item's holding label.
-``save(path=None) -> Path``, ``HyperbolicIndex.load(path, *, backend=None, cones=None, **backend_params)`` (alias ``open``), ``close()``
+``save(path=None) -> Path``, ``close()``,
+``HyperbolicIndex.load(path, *, backend=None, cones=None, **backend_params)`` (alias ``open``)
     A folder holds ``store.sqlite3`` (the source of truth), ``manifest.json``
     and one ``snapshot-*.bin`` (a cache of the backend state).  ``load`` uses
     the snapshot when the manifest matches the store, replays later writes,

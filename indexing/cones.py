@@ -65,7 +65,8 @@ class LabelCones:
             pts = np.asarray(pts, dtype=np.float64)
         if pts.ndim != 2 or len(pts) != len(names) or len(names) == 0:
             raise IndexInputError(
-                "prototypes: expected a non-empty mapping label -> point or (labels, (n, dim) array)"
+                "prototypes: expected a non-empty mapping label -> point "
+                "or (labels, (n, dim) array)"
             )
         for j, n in enumerate(names):
             if not isinstance(n, str):
@@ -122,20 +123,29 @@ class LabelCones:
     def nearest_labels(self, x: np.ndarray) -> np.ndarray:
         """Row of the nearest prototype (geodesic distance) of each item."""
         import torch
+
         from models.geometry import poincare
+
+        from .geometry import torch_threads
 
         protos = torch.from_numpy(self.points)
         out = np.empty(len(x), dtype=np.int64)
         step = max(1, 4_000_000 // max(1, len(self.labels)))
-        for a in range(0, len(x), step):
-            d = poincare.pairwise_dist(torch.from_numpy(x[a : a + step]), protos, c=self.curvature)
-            out[a : a + step] = torch.argmin(d, dim=1).numpy()
+        with torch_threads():
+            for a in range(0, len(x), step):
+                d = poincare.pairwise_dist(
+                    torch.from_numpy(x[a : a + step]), protos, c=self.curvature
+                )
+                out[a : a + step] = torch.argmin(d, dim=1).numpy()
         return out
 
     def holding_labels(self, x: np.ndarray) -> list[str]:
         """The holding label of each row of ``x`` (float64 ``(n, dim)`` points)."""
         import torch
+
         from models.geometry import cones
+
+        from .geometry import torch_threads
 
         x = np.ascontiguousarray(x, dtype=np.float64)
         n = len(x)
@@ -153,7 +163,8 @@ class LabelCones:
                 rows = np.array([self.row[c] for c, h in zip(cur, has, strict=True) if h])
                 apex = torch.from_numpy(self.points[rows])
                 pts = torch.from_numpy(x[active[has]])
-                inside = cones.in_cone(apex, pts, c=self.curvature, K=self.K)
+                with torch_threads():
+                    inside = cones.in_cone(apex, pts, c=self.curvature, K=self.K)
                 held[has] = np.asarray(inside, dtype=bool).reshape(-1)
             nxt = []
             for j, i in enumerate(active.tolist()):

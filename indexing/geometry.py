@@ -145,7 +145,8 @@ class Space(ABC):
     # -- exact distances (float64, models.geometry) -----------------------------
     @abstractmethod
     def dist_rows(self, q: np.ndarray, x: np.ndarray) -> np.ndarray:
-        """Exact float64 distances ``d(q[i], x[i, j])``: q ``(n, d)``, x ``(n, m, d)`` -> ``(n, m)``."""
+        """Exact float64 distances ``d(q[i], x[i, j])``:
+        q ``(n, d)``, x ``(n, m, d)`` -> ``(n, m)``."""
 
     @abstractmethod
     def pairwise(self, q: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -180,7 +181,9 @@ class PoincareSpace(Space):
         try:
             c = float(curvature)
         except (TypeError, ValueError):
-            raise IndexInputError(f"curvature: must be a positive number, got {curvature!r}") from None
+            raise IndexInputError(
+                f"curvature: must be a positive number, got {curvature!r}"
+            ) from None
         if not (math.isfinite(c) and c > 0):
             raise IndexInputError(f"curvature: must be a positive number, got {curvature!r}")
         self.dim = int(dim)
@@ -217,11 +220,15 @@ class PoincareSpace(Space):
     def pairwise(self, q: np.ndarray, x: np.ndarray) -> np.ndarray:
         torch = _torch()
         with torch_threads():
-            return _poincare().pairwise_dist(
-                torch.from_numpy(np.ascontiguousarray(q, dtype=np.float64)),
-                torch.from_numpy(np.ascontiguousarray(x, dtype=np.float64)),
-                c=self.c,
-            ).numpy()
+            return (
+                _poincare()
+                .pairwise_dist(
+                    torch.from_numpy(np.ascontiguousarray(q, dtype=np.float64)),
+                    torch.from_numpy(np.ascontiguousarray(x, dtype=np.float64)),
+                    c=self.c,
+                )
+                .numpy()
+            )
 
     # ranking proxy: key(q, x) = |x - q|^2 * w(x), w(x) = 1 / (1 - c|x|^2); the
     # arcosh argument is z = 2c key / (1 - c|q|^2).
@@ -312,7 +319,8 @@ class ProductIndexSpace(Space):
                     raise IndexInputError(
                         f"{name}[{i}]: coordinates {start}:{start + f.dim} (factor {f}) have norm "
                         f"{fmt_float(math.sqrt(sq[i]))}, outside the ball of curvature "
-                        f"{fmt_float(f.curvature)} (must be < {fmt_float(1 / math.sqrt(f.curvature))})"
+                        f"{fmt_float(f.curvature)} "
+                        f"(must be < {fmt_float(1 / math.sqrt(f.curvature))})"
                     )
             start += f.dim
 
@@ -370,7 +378,9 @@ def make_space(dim, curvature: float = 1.0, space: str | None = None) -> Space:
     """
     if space is not None and not isinstance(space, str):
         raise IndexInputError(f"space: expected a space string, got {type(space).__name__}")
-    if dim is not None and (isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1):
+    if dim is not None and (
+        isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1
+    ):
         raise IndexInputError(f"dim: must be an integer >= 1, got {dim!r}")
     m = None if space is None else _POINCARE.fullmatch(space)
     if space is None or m is not None:

@@ -18,7 +18,7 @@ from .backends import BACKENDS, Backend, make_backend
 from .backends.base import EMPTY
 from .backends.exact import exact_search
 from .cones import HierarchicalHit, LabelCones
-from .errors import IndexInputError, IndexStoreError
+from .errors import IndexInputError
 from .geometry import PoincareSpace, Space, make_space
 from .rwlock import RWLock
 from .store import (
@@ -67,7 +67,9 @@ def _check_ids(ids, name: str = "ids", n: int | None = None) -> list[str]:
     try:
         ids = list(ids)
     except TypeError:
-        raise IndexInputError(f"{name}: expected a sequence of str, got {type(ids).__name__}") from None
+        raise IndexInputError(
+            f"{name}: expected a sequence of str, got {type(ids).__name__}"
+        ) from None
     first: dict[str, int] = {}
     for j, i in enumerate(ids):
         if isinstance(i, np.str_):
@@ -132,7 +134,9 @@ def _check_str_set(v, name: str) -> set[str]:
     try:
         out = set(v)
     except TypeError:
-        raise IndexInputError(f"{name}: expected a collection of str, got {type(v).__name__}") from None
+        raise IndexInputError(
+            f"{name}: expected a collection of str, got {type(v).__name__}"
+        ) from None
     for x in out:
         if not isinstance(x, str):
             raise IndexInputError(f"{name}: contains {type(x).__name__} {x!r}, expected str")
@@ -199,8 +203,16 @@ class HyperbolicIndex:
             raise IndexInputError(
                 f"backend: unknown backend {backend!r} (known: auto, {', '.join(sorted(BACKENDS))})"
             )
-        params = dict(backend_params)
-        self._auto_threshold = int(params.pop("auto_threshold", AUTO_THRESHOLD))
+        params = {
+            k: v.item() if isinstance(v, np.generic) else v for k, v in backend_params.items()
+        }
+        try:
+            json.dumps(params)
+        except (TypeError, ValueError):
+            raise IndexInputError(f"backend_params: not JSON-serialisable: {params!r}") from None
+        self._auto_threshold = _check_pos_int(
+            params.pop("auto_threshold", AUTO_THRESHOLD), "auto_threshold", 0
+        )
         self._backend_config = backend
         self._backend_params = params
         if backend == "hnsw" and not isinstance(self._space, PoincareSpace):
@@ -410,12 +422,14 @@ class HyperbolicIndex:
         ):
             if man.get(key) != want:
                 raise SnapshotError(
-                    f"the snapshot is stale ({key} {man.get(key)!r} does not match the store's {want!r})"
+                    f"the snapshot is stale ({key} {man.get(key)!r} "
+                    f"does not match the store's {want!r})"
                 )
         last_seq = int(man.get("last_seq", -1))
         if last_seq < 0 or last_seq > self._store.last_seq:
             raise SnapshotError(
-                f"the snapshot is stale (sequence {last_seq} is ahead of the store's {self._store.last_seq})"
+                f"the snapshot is stale (sequence {last_seq} is ahead of "
+                f"the store's {self._store.last_seq})"
             )
         header, blobs = read_snapshot(folder / str(man.get("snapshot")), str(man.get("sha256")))
         if header.get("last_seq") != last_seq or header.get("store_uuid") != man.get("store_uuid"):
@@ -445,7 +459,9 @@ class HyperbolicIndex:
             backend.build(table)
         self._table, self._backend, self._applied_seq = table, backend, last_seq
         # replay what was written after the snapshot
-        for ids_, vecs, labels_, holders_, deleted in self._store.iter_after(last_seq, self._space.dim):
+        for ids_, vecs, labels_, holders_, deleted in self._store.iter_after(
+            last_seq, self._space.dim
+        ):
             dead = [i for i, d in zip(ids_, deleted, strict=True) if d]
             keep = [j for j, d in enumerate(deleted) if not d]
             if dead:
@@ -486,7 +502,9 @@ class HyperbolicIndex:
             if not isinstance(self._space, PoincareSpace):
                 raise IndexInputError("cones: entailment cones need a poincare space")
             if cones.dim != self._space.dim:
-                raise IndexInputError(f"cones: prototypes have dimension {cones.dim}, index {self.dim}")
+                raise IndexInputError(
+                    f"cones: prototypes have dimension {cones.dim}, index {self.dim}"
+                )
             if not math.isclose(cones.curvature, self._curvature):
                 raise IndexInputError(
                     f"cones: curvature {cones.curvature} differs from the index's {self._curvature}"
@@ -747,13 +765,17 @@ class HyperbolicIndex:
                 if pos + count <= offset:
                     pos += count
                     continue
-                allowed = np.fromiter(sorted(t.slots_for_holders(labs)), dtype=np.int64, count=count)
+                allowed = np.fromiter(
+                    sorted(t.slots_for_holders(labs)), dtype=np.int64, count=count
+                )
                 take = min(count, need)
                 slots, dists = self._search_locked(q, take, allowed, ef)
                 for j in range(take):
                     if pos + j >= offset:
                         out.append(
-                            HierarchicalHit(t.ids[int(slots[0, j])], float(dists[0, j]), lvl, chain[lvl])
+                            HierarchicalHit(
+                                t.ids[int(slots[0, j])], float(dists[0, j]), lvl, chain[lvl]
+                            )
                         )
                 pos += count
         return out[:k]

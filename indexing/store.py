@@ -59,6 +59,8 @@ STORE_FILE = "store.sqlite3"
 MANIFEST_FILE = "manifest.json"
 _MAGIC = b"HYPSNAP\x01"
 
+_UPSERT_META = "INSERT INTO meta VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value"
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS items (
@@ -149,7 +151,7 @@ class Store:
         with self._lock:
             self._tx(
                 lambda c: c.executemany(
-                    "INSERT INTO meta VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+                    _UPSERT_META,
                     items.items(),
                 )
             )
@@ -261,7 +263,9 @@ class Store:
 
     def count_live(self) -> int:
         with self._lock:
-            return int(self._con.execute("SELECT COUNT(*) FROM items WHERE deleted=0").fetchone()[0])
+            return int(
+                self._con.execute("SELECT COUNT(*) FROM items WHERE deleted=0").fetchone()[0]
+            )
 
     def iter_live(self, dim: int, batch: int = 50_000) -> Iterator[tuple]:
         """``(ids, vectors, labels, holders)`` batches of the live items, by seq."""
@@ -300,14 +304,16 @@ class Store:
                 yield ids, vecs, labels, holders
 
     # -- label cones ---------------------------------------------------------------------
-    def save_cones(self, meta: dict[str, str], rows: list[tuple[str, str | None, bytes | None]]) -> None:
+    def save_cones(
+        self, meta: dict[str, str], rows: list[tuple[str, str | None, bytes | None]]
+    ) -> None:
         with self._lock:
 
             def run(c):
                 c.execute("DELETE FROM label_cones")
                 c.executemany("INSERT INTO label_cones VALUES (?, ?, ?)", rows)
                 c.executemany(
-                    "INSERT INTO meta VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+                    _UPSERT_META,
                     meta.items(),
                 )
 
@@ -382,7 +388,9 @@ def _atomic_write(path: Path, chunks: Sequence[bytes]) -> str:
     return h.hexdigest()
 
 
-def write_snapshot(folder: Path, seq: int, header: dict[str, Any], blobs: dict[str, bytes]) -> tuple[str, str]:
+def write_snapshot(
+    folder: Path, seq: int, header: dict[str, Any], blobs: dict[str, bytes]
+) -> tuple[str, str]:
     """Write a snapshot file; returns ``(file name, sha256)``."""
     names = sorted(blobs)
     hdr = dict(header)
@@ -447,6 +455,7 @@ def read_manifest(folder: Path) -> dict[str, Any]:
         raise SnapshotError("manifest.json is corrupt (not an object)")
     if man.get("format_version") != FORMAT_VERSION:
         raise SnapshotError(
-            f"manifest.json has format version {man.get('format_version')!r}, expected {FORMAT_VERSION}"
+            f"manifest.json has format version {man.get('format_version')!r}, "
+            f"expected {FORMAT_VERSION}"
         )
     return man

@@ -157,7 +157,9 @@ class ItemTable:
             raise ValueError("duplicate slots")
         if len(set(ids)) != len(ids):
             raise ValueError("duplicate ids")
-        t = cls(vectors.shape[1] if vectors.ndim == 2 else 0, capacity=max(1024, int(n_slots * 1.25)))
+        t = cls(
+            vectors.shape[1] if vectors.ndim == 2 else 0, capacity=max(1024, int(n_slots * 1.25))
+        )
         t._grow(n_slots)
         t.vectors[slots] = vectors
         t.alive[slots] = True

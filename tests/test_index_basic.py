@@ -88,7 +88,9 @@ def test_empty_index_and_empty_filter():
 
 def test_upsert_replaces_vector_label_and_payload():
     ix = HyperbolicIndex(2)
-    ix.add(np.array([[0.1, 0.0], [0.0, 0.5]]), ["a", "b"], labels=["x", "y"], payloads=[{"v": 1}, None])
+    ix.add(
+        np.array([[0.1, 0.0], [0.0, 0.5]]), ["a", "b"], labels=["x", "y"], payloads=[{"v": 1}, None]
+    )
     ix.add(np.array([[0.0, 0.49]]), ["a"], labels=["z"], payloads=[{"v": 2}])
     assert len(ix) == 2
     item = ix.get("a")
@@ -179,7 +181,8 @@ class TestFilters:
             np.testing.assert_array_equal(_as_idx(ids), sel[order])
             np.testing.assert_array_equal(dist, bf)
         else:  # the graph with hnswlib's filter callback
-            hits = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(_as_idx(ids), sel[order])])
+            pairs = zip(_as_idx(ids), sel[order], strict=True)
+            hits = np.mean([len(set(a) & set(b)) / 10 for a, b in pairs])
             assert hits >= 0.95
             assert (np.diff(dist, axis=1) >= 0).all()
 
@@ -191,7 +194,9 @@ class TestFilters:
         assert ids.shape == (20, 3)
         assert all(sorted(r) == sorted(few) for r in ids.tolist())
         for i in range(len(q)):
-            np.testing.assert_array_equal(dist[i], np.sort(exact_dist(q[i], x[[int(s[1:]) for s in ids[i]]])))
+            np.testing.assert_array_equal(
+                dist[i], np.sort(exact_dist(q[i], x[[int(s[1:]) for s in ids[i]]]))
+            )
 
     def test_filters_intersect(self, idx):
         x, q, labels, ixs = idx
@@ -228,7 +233,10 @@ class TestBadInputs:
 
     def test_outside_ball_other_curvature(self):
         ix = HyperbolicIndex(2, curvature=4.0)
-        with pytest.raises(IndexInputError, match=r"vectors\[0\]: norm 0.5 is outside the ball of curvature 4.0 \(must be < 0.5\)"):
+        with pytest.raises(
+            IndexInputError,
+            match=r"vectors\[0\]: norm 0.5 is outside the ball of curvature 4.0 \(must be < 0.5\)",
+        ):
             ix.add(np.array([[0.5, 0.0]]), ["a"])
         ix.add(np.array([[0.4999, 0.0]]), ["a"])
 
@@ -236,8 +244,16 @@ class TestBadInputs:
         "vectors, ids, pattern",
         [
             (np.array([[0.1, np.nan, 0, 0]]), ["n"], r"vectors\[0\]: contains NaN"),
-            (np.array([[0.1, 0, 0, 0], [np.inf, 0, 0, 0]]), ["m", "n"], r"vectors\[1\]: contains an infinite value"),
-            (np.zeros((2, 3)), ["m", "n"], r"vectors: expected an array of shape \(n, 4\), got shape \(2, 3\)"),
+            (
+                np.array([[0.1, 0, 0, 0], [np.inf, 0, 0, 0]]),
+                ["m", "n"],
+                r"vectors\[1\]: contains an infinite value",
+            ),
+            (
+                np.zeros((2, 3)),
+                ["m", "n"],
+                r"vectors: expected an array of shape \(n, 4\), got shape \(2, 3\)",
+            ),
             (np.zeros(4), ["m"], r"vectors: expected an array of shape"),
             ([["a", "b", "c", "d"]], ["m"], r"vectors: not a numeric array"),
             (np.zeros((2, 4)), ["m", "m"], r"ids\[1\]: duplicate id 'm' \(also at ids\[0\]\)"),
@@ -270,7 +286,9 @@ class TestBadInputs:
             ix.search(np.array([[0, 0, 0, 0], [2.0, 0, 0, 0]]), k=1)
         with pytest.raises(IndexInputError, match=r"queries\[0\]: contains NaN"):
             ix.search(np.array([[np.nan, 0, 0, 0]]), k=1)
-        with pytest.raises(IndexInputError, match=r"filter_ids: expected a collection of str, got a single str"):
+        with pytest.raises(
+            IndexInputError, match=r"filter_ids: expected a collection of str, got a single str"
+        ):
             ix.search(np.zeros(4), k=1, filter_ids="a")
         with pytest.raises(IndexInputError, match=r"labels: contains int"):
             ix.search(np.zeros(4), k=1, labels={1})
@@ -305,7 +323,9 @@ class TestProductSpace:
         rng = np.random.default_rng(seed)
 
         def other(m):
-            return np.concatenate([rng.standard_normal((m, 4)) * 0.7, rng.standard_normal((m, 4)) * 0.5], 1)
+            return np.concatenate(
+                [rng.standard_normal((m, 4)) * 0.7, rng.standard_normal((m, 4)) * 0.5], 1
+            )
 
         return np.concatenate([p, other(n)], 1), np.concatenate([pq, other(20)], 1)
 
@@ -324,7 +344,9 @@ class TestProductSpace:
         np.testing.assert_allclose(dist, np.take_along_axis(d, order, 1), rtol=1e-9)
         for i in range(3):  # the returned values are ProductSpace.dist's
             with torch_threads():
-                ref = ps.dist(torch.from_numpy(q[i])[None], torch.from_numpy(x[_as_idx(ids[i])])).numpy()
+                ref = ps.dist(
+                    torch.from_numpy(q[i])[None], torch.from_numpy(x[_as_idx(ids[i])])
+                ).numpy()
             np.testing.assert_array_equal(dist[i], ref)
 
     def test_hnsw_refused_for_products(self):
@@ -335,7 +357,10 @@ class TestProductSpace:
         ix = HyperbolicIndex(space=self.SPEC)
         v = np.zeros((2, 16))
         v[1, 2] = 1.5
-        with pytest.raises(IndexInputError, match=r"vectors\[1\]: coordinates 0:8 \(factor poincare:8\) have norm 1.5"):
+        with pytest.raises(
+            IndexInputError,
+            match=r"vectors\[1\]: coordinates 0:8 \(factor poincare:8\) have norm 1.5",
+        ):
             ix.add(v, ["a", "b"])
         v[1, 2] = 0.5
         v[1, 10] = 100.0  # sphere (stereographic) and euclidean factors take any finite point

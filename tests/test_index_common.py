@@ -24,8 +24,11 @@ def make_ids(n: int, prefix: str = "i") -> list[str]:
 def exact_dist(q: np.ndarray, x: np.ndarray, c: float = 1.0) -> np.ndarray:
     """models.geometry float64 distances from one query to rows of x."""
     with torch_threads():
-        return poincare.dist(torch.from_numpy(np.asarray(q, dtype=np.float64))[None, :],
-                             torch.from_numpy(np.asarray(x, dtype=np.float64)), c=c).numpy()
+        return poincare.dist(
+            torch.from_numpy(np.asarray(q, dtype=np.float64))[None, :],
+            torch.from_numpy(np.asarray(x, dtype=np.float64)),
+            c=c,
+        ).numpy()
 
 
 def brute_force(x: np.ndarray, q: np.ndarray, k: int, c: float = 1.0):
@@ -36,5 +39,6 @@ def brute_force(x: np.ndarray, q: np.ndarray, k: int, c: float = 1.0):
 
 
 def recall_at(found, truth) -> float:
-    hits = [len(set(map(str, a)) & set(map(str, b))) / len(b) for a, b in zip(found, truth)]
+    pairs = zip(found, truth, strict=True)
+    hits = [len(set(map(str, a)) & set(map(str, b))) / len(b) for a, b in pairs]
     return float(np.mean(hits))

@@ -60,7 +60,9 @@ def test_readers_never_see_part_of_a_batch(backend):
                 assert n in (0, B), f"torn read: {n} of batch {b}"
                 assert (np.diff(dist[0]) >= 0).all()
                 ids2, _ = ix.search(centres[b][None], k=B + 5, labels={f"batch{b}"})
-                assert ids2.shape[1] in (0, B), f"torn read (label filter): {ids2.shape[1]} of batch {b}"
+                assert ids2.shape[1] in (0, B), (
+                    f"torn read (label filter): {ids2.shape[1]} of batch {b}"
+                )
                 with lock:
                     seen["searches"] += 1
                     seen["whole" if n else "none"] += 1

@@ -153,7 +153,13 @@ def test_hierarchical_search_matches_reference(items, holders, backend, qlabel):
             assert all(isinstance(h, HierarchicalHit) for h in got)
         # paging: consecutive pages concatenate to the full order
         full = ix.search_hierarchical(q, chain, descendants, k=100)
-        pages = sum((ix.search_hierarchical(q, chain, descendants, k=9, offset=o) for o in range(0, 100, 9)), [])
+        pages = sum(
+            (
+                ix.search_hierarchical(q, chain, descendants, k=9, offset=o)
+                for o in range(0, 100, 9)
+            ),
+            [],
+        )
         assert [h.id for h in pages[:100]] == [h.id for h in full]
         assert [h.level for h in full] == sorted(h.level for h in full)
 

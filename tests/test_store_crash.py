@@ -22,7 +22,7 @@ from indexing import HyperbolicIndex
 REPO = Path(__file__).resolve().parents[1]
 DIM = 8
 
-CHILD = r'''
+CHILD = r"""
 import json, os, random, sys, zlib
 import numpy as np
 from indexing import HyperbolicIndex
@@ -65,7 +65,7 @@ while True:
     else:
         ix.save()
     print("ACK", flush=True)
-'''
+"""
 
 
 def vec(i: str, v: int) -> np.ndarray:
@@ -125,7 +125,7 @@ def test_acknowledged_writes_survive_sigkill(tmp_path):
             elif line == "ACK":
                 stats["acks"] += 1
                 if pending["op"] == "add":
-                    for i, v in zip(pending["ids"], pending["v"]):
+                    for i, v in zip(pending["ids"], pending["v"], strict=True):
                         expected[i] = v
                         gone.discard(i)
                 elif pending["op"] == "delete":
@@ -148,7 +148,9 @@ def test_acknowledged_writes_survive_sigkill(tmp_path):
                     assert item is None or item.payload["v"] in (v, v + 1)
                     continue
                 assert item is not None, f"round {rnd}: acknowledged {i} lost"
-                assert item.payload["v"] == v, f"round {rnd}: {i} has version {item.payload['v']}, acked {v}"
+                assert item.payload["v"] == v, (
+                    f"round {rnd}: {i} has version {item.payload['v']}, acked {v}"
+                )
                 np.testing.assert_array_equal(item.vector, vec(i, v))
             for i in gone - loose:
                 assert i not in present, f"round {rnd}: deleted {i} came back"

@@ -29,14 +29,23 @@ def _same_results(a: HyperbolicIndex, b: HyperbolicIndex, q: np.ndarray, **kw) -
 
 
 def _warnings(caplog) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and r.name.startswith("indexing")]
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.WARNING and r.name.startswith("indexing")
+    ]
 
 
 @pytest.mark.parametrize("backend", ["exact", "hnsw"])
 def test_save_load_round_trip(tmp_path, data, backend, caplog):
     x, q, ids = data
     ix = HyperbolicIndex(8, backend=backend, path=tmp_path / "ix")
-    ix.add(x, ids, labels=[f"L{j % 3}" for j in range(len(x))], payloads=[{"n": j} for j in range(len(x))])
+    ix.add(
+        x,
+        ids,
+        labels=[f"L{j % 3}" for j in range(len(x))],
+        payloads=[{"n": j} for j in range(len(x))],
+    )
     ix.delete(ids[:10])
     ix.save()
     man = json.loads((tmp_path / "ix" / MANIFEST_FILE).read_text())
@@ -109,7 +118,8 @@ def test_replay_after_snapshot(tmp_path, data, caplog):
     xs[list(keep).index(1)] = x[0] * 0.3
     order, bf = brute_force(xs, q, 10)
     found, dist = re.search(q, k=10, ef=256)
-    hits = np.mean([len(set(a) & set(np.array(ids)[keep][b])) / 10 for a, b in zip(found, order)])
+    kept = np.array(ids)[keep]
+    hits = np.mean([len(set(a) & set(kept[b])) / 10 for a, b in zip(found, order, strict=True)])
     assert hits >= 0.97
     ids_e, dist_e = HyperbolicIndex.open(tmp_path, backend="exact").search(q, k=10)
     np.testing.assert_array_equal(ids_e, np.array(ids)[keep][order])
@@ -230,7 +240,10 @@ def test_every_write_is_committed_before_returning(tmp_path, data):
 
 def test_store_meta_mismatch(tmp_path):
     HyperbolicIndex(8, path=tmp_path).close()
-    with pytest.raises(IndexStoreError, match="holds space=.poincare:8., the index was asked for space=.poincare:4."):
+    with pytest.raises(
+        IndexStoreError,
+        match="holds space=.poincare:8., the index was asked for space=.poincare:4.",
+    ):
         HyperbolicIndex(4, path=tmp_path)
     with pytest.raises(IndexStoreError, match="curvature"):
         HyperbolicIndex(8, curvature=0.5, path=tmp_path)

@@ -130,9 +130,7 @@ def _with_capacity(a: np.ndarray, cap: int) -> np.ndarray:
     return out
 
 
-def merge_topk(
-    slots: np.ndarray, dists: np.ndarray, k: int
-) -> tuple[np.ndarray, np.ndarray]:
+def merge_topk(slots: np.ndarray, dists: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Per row: drop padding and duplicate slots, keep the ``k`` smallest distances
     (ties broken by slot).  Rows with fewer than ``k`` valid entries are padded
     with ``(EMPTY, inf)``."""
@@ -157,7 +155,9 @@ def merge_topk(
     return s, d
 
 
-def exact_dists(space: Space, table: ItemTable, queries: np.ndarray, cand: np.ndarray) -> np.ndarray:
+def exact_dists(
+    space: Space, table: ItemTable, queries: np.ndarray, cand: np.ndarray
+) -> np.ndarray:
     """Exact float64 distances from ``queries[i]`` to the slots ``cand[i]`` (inf for padding)."""
     cand = np.asarray(cand, dtype=np.int64)
     out = np.full(cand.shape, np.inf)

@@ -7,7 +7,7 @@ project's hierarchical clouds (norms 0.9..0.999) recall@10 of "l2 top-ef,
 re-ranked" stalls around 0.94 however large ef is.  This backend therefore
 *re-centres* its search: a hyperbolic ball ``B(q, r)`` of the Poincaré model
 is a Euclidean ball with another centre, so after a first pass around ``q``
-(``ef/4`` candidates) gives ``r`` = the current k-th distance, the next pass
+(``max(ef/4, 2k, 32)`` candidates) gives ``r`` = the current k-th distance, the next pass
 asks the graph for the ``ef`` Euclidean neighbours of the centre of
 ``B(q, r)`` -- which hold exactly the items within hyperbolic distance ``r``
 of ``q``.  Up to ``passes`` passes run (a query stops as soon as its k-th
@@ -31,7 +31,7 @@ while the hyperbolic factor dominates the distance -- and a product ball is not
 a Euclidean ball, so re-centring does not apply.
 
 Parameters: ``M`` (16), ``ef_construction`` (200), ``ef`` (candidates of a
-re-centred pass; the first pass takes ``ef/4``; 256), ``passes`` (2),
+re-centred pass; the first pass takes ``max(ef/4, 2k, 32)``; 256), ``passes`` (2),
 ``num_threads`` (threads per knn_query, 1: the service's parallelism is its
 concurrent requests), ``filter_exact_threshold``
 (20000: a filtered search over at most that many items is an exact scan),
@@ -164,8 +164,10 @@ class HnswBackend(Backend):
             return np.full((q, k), EMPTY, dtype=np.int64), np.full((q, k), np.inf)
         ef = self._p["ef"] if ef is None else int(ef)
         m = min(max(ef, k), n)
-        if self._index is None or n <= 2 * m or (
-            allowed is not None and n <= self._p["filter_exact_threshold"]
+        if (
+            self._index is None
+            or n <= 2 * m
+            or (allowed is not None and n <= self._p["filter_exact_threshold"])
         ):
             return exact_search(self.space, table, None, queries, k, allowed=allowed)
         try:
@@ -196,7 +198,7 @@ class HnswBackend(Backend):
         n = table.n_alive if allowed is None else len(allowed)
         keep = n_candidates(k, n)
         passes = self._p["passes"]
-        first = m if passes == 1 else min(n, max(k, m // 4))
+        first = m if passes == 1 else min(n, max(2 * k, 32, m // 4))
         cand = self._knn(queries, first, filt)
         pool_s, pool_k = merge_topk(cand, proxy.keys(queries, cand), keep)
         active = np.arange(len(queries))
