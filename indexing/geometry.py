@@ -14,6 +14,12 @@ Two things here are not distances and are computed locally:
   ``|x|^2 + |q|^2 - 2<x, q>`` expansion, which cancels catastrophically near the
   boundary) and only selects candidates: those are re-ranked in float64 by
   ``models.geometry.poincare.dist``;
+* *deep* points: float32 cannot tell apart points whose gap ``1 - c|x|^2`` is
+  below :data:`DEEP_GAP` (hyperbolic radius above about 12.9/sqrt(c); at
+  radius 20 a float32 coordinate step is already a hyperbolic distance of
+  about 2).  A query that deep is ranked with the float64 proxy
+  (:meth:`Space.proxy_keys64`), and the HNSW backend keeps deep items out of
+  its float32 graph and scans them in float64;
 * :meth:`PoincareSpace.euclidean_ball`: the Euclidean centre and radius of the
   hyperbolic ball ``B(q, r)`` (hyperbolic balls of the Poincaré model are
   Euclidean balls), used by the HNSW backend to aim its Euclidean graph search.
@@ -41,7 +47,12 @@ __all__ = [
     "fmt_float",
     "torch_threads",
     "TORCH_THREADS",
+    "DEEP_GAP",
 ]
+
+#: Points whose gap ``1 - c|x|^2`` is below this are "deep": float32 ranking is
+#: not reliable for them (see the module docstring).
+DEEP_GAP = 1e-5
 
 #: torch intra-op threads while the index computes distances (``None``: leave
 #: torch alone).  The index's tensors are small (a few thousand rows): torch's
@@ -165,6 +176,14 @@ class Space(ABC):
     def proxy_rows(self, q: np.ndarray, rows) -> np.ndarray:
         """float32 keys ``(n, m)`` of gathered prepared data (arrays ``(n, m, ...)``)."""
 
+    @abstractmethod
+    def deep(self, x: np.ndarray) -> np.ndarray:
+        """Boolean mask of the rows too close to the boundary for float32 ranking."""
+
+    @abstractmethod
+    def proxy_keys64(self, q: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """float64 keys ``(n, m)`` from float64 items ``(m, d)`` (for deep queries)."""
+
     def proxy_take(self, prepared, rows: np.ndarray):
         """The prepared data of a subset of items."""
         return tuple(p[rows] for p in prepared)
@@ -235,6 +254,22 @@ class PoincareSpace(Space):
     def _inv_gap(self, x: np.ndarray) -> np.ndarray:
         g = 1.0 - self.c * np.einsum("ij,ij->i", x, x)
         return 1.0 / np.maximum(g, 1e-300)
+
+    def deep(self, x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x, dtype=np.float64)
+        return 1.0 - self.c * np.einsum("ij,ij->i", x, x) < DEEP_GAP
+
+    def proxy_keys64(self, q: np.ndarray, x: np.ndarray) -> np.ndarray:
+        torch = _torch()
+        x = np.ascontiguousarray(x, dtype=np.float64)
+        w = torch.from_numpy(self._inv_gap(x))
+        with torch_threads():
+            e = torch.cdist(
+                torch.from_numpy(np.ascontiguousarray(q, dtype=np.float64)),
+                torch.from_numpy(x),
+                compute_mode="donot_use_mm_for_euclid_dist",
+            )
+            return (e.square_() * w[None, :]).numpy()
 
     def proxy_prepare(self, x: np.ndarray):
         x = np.asarray(x, dtype=np.float64)
@@ -354,6 +389,20 @@ class ProductIndexSpace(Space):
                 torch.from_numpy(np.ascontiguousarray(q, dtype=np.float32)), torch.from_numpy(x32)
             )
         return np.nan_to_num(d.numpy().astype(np.float32, copy=False), nan=np.inf)
+
+    def deep(self, x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x, dtype=np.float64)
+        out = np.zeros(len(x), dtype=bool)
+        start = 0
+        for f in self.ps.factors:
+            if f.kind == "poincare":
+                part = x[:, start : start + f.dim]
+                out |= 1.0 - f.curvature * np.einsum("ij,ij->i", part, part) < DEEP_GAP
+            start += f.dim
+        return out
+
+    def proxy_keys64(self, q: np.ndarray, x: np.ndarray) -> np.ndarray:
+        return self.pairwise(q, x)
 
     def proxy_rows(self, q: np.ndarray, rows) -> np.ndarray:
         torch = _torch()

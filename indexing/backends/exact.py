@@ -2,7 +2,9 @@
 
 Candidates are selected with the space's float32 ranking proxy (for the
 Poincaré ball the arcosh argument up to a per-query factor, from coordinate
-differences), ``max(4k, k+32)`` per query, then re-ranked in float64 with
+differences) -- in float64 for *deep* queries (gap below
+:data:`indexing.geometry.DEEP_GAP`, where float32 cannot rank) --
+``max(4k, k+32)`` per query, then re-ranked in float64 with
 ``models.geometry``.  The scan runs in chunks of queries so the key matrix stays
 around 64 MB.
 """
@@ -85,7 +87,8 @@ def exact_search(
     """
     q = len(queries)
     dead = None
-    if allowed is None and prepared is not None:
+    full = allowed is None and prepared is not None
+    if full:
         # scan every slot, masking the holes (no copy of the prepared data)
         n_slots = table.n_slots
         rows = np.arange(n_slots, dtype=np.int64)
@@ -105,21 +108,33 @@ def exact_search(
     if q == 0 or k == 0:
         return np.full((q, k), EMPTY, dtype=np.int64), np.full((q, k), np.inf)
     m = n_candidates(k, n_live)
-    qb = max(1, min(q, _KEY_BUDGET // max(n, 1)))
     out_s = np.empty((q, k), dtype=np.int64)
     out_d = np.empty((q, k), dtype=np.float64)
-    for a in range(0, q, qb):
-        keys = space.proxy_keys(queries[a : a + qb], sub)
-        if dead is not None:
-            keys[:, dead] = np.inf
-        if m < n:
-            part = _smallest(keys, m)
-        else:
-            part = np.broadcast_to(np.arange(n), (len(keys), n))
-        cand = rows[part]
-        if dead is not None:
-            cand = np.where(table.alive[cand], cand, EMPTY)
-        s, d = rerank(space, table, queries[a : a + qb], cand, k)
-        out_s[a : a + qb] = s
-        out_d[a : a + qb] = d
+    deep_q = space.deep(queries)
+    groups = [(np.nonzero(~deep_q)[0], False), (np.nonzero(deep_q)[0], True)]
+    for sel, wide in groups:
+        if len(sel) == 0:
+            continue
+        qb = max(1, min(len(sel), (_KEY_BUDGET // (2 if wide else 1)) // max(n, 1)))
+        x64 = None
+        if wide:
+            x64 = table.vectors[:n] if full else table.vectors[rows]
+        for a in range(0, len(sel), qb):
+            part_q = queries[sel[a : a + qb]]
+            if wide:  # a deep query: float32 cannot rank its neighbourhood
+                keys = space.proxy_keys64(part_q, x64)
+            else:
+                keys = space.proxy_keys(part_q, sub)
+            if dead is not None:
+                keys[:, dead] = np.inf
+            if m < n:
+                part = _smallest(keys, m)
+            else:
+                part = np.broadcast_to(np.arange(n), (len(keys), n))
+            cand = rows[part]
+            if dead is not None:
+                cand = np.where(table.alive[cand], cand, EMPTY)
+            s, d = rerank(space, table, part_q, cand, k)
+            out_s[sel[a : a + qb]] = s
+            out_d[sel[a : a + qb]] = d
     return out_s, out_d

@@ -22,6 +22,11 @@ what remains is hnswlib's own approximation: its l2 recall@64 is 0.994 around
 the queries but 0.946 around the (off-manifold) centres -- hence the larger
 candidate count of the re-centred passes.
 
+*Deep* items (gap ``1 - c|x|^2`` below :data:`indexing.geometry.DEEP_GAP`,
+hyperbolic radius above about 12.9/sqrt(c)) stay out of the graph: hnswlib
+holds float32 coordinates, which cannot tell such points apart.  They are
+scanned exactly (float64 proxy for deep queries) at every search and merged.
+
 Product spaces are not supported (the index routes them to the exact
 backend): ``l2`` on the concatenated coordinates of
 ``poincare:8,sphere:4,euclidean:4`` clouds (20k items, the Poincaré factor a
@@ -90,6 +95,7 @@ class HnswBackend(Backend):
         self._count = 0  # elements in the graph, deleted ones included
         self._deleted = 0
         self._proxy = ProxyCache(space)
+        self._deep: set[int] = set()  # live deep slots, kept out of the graph
 
     @property
     def params(self) -> dict[str, Any]:
@@ -116,12 +122,19 @@ class HnswBackend(Backend):
         self._index = self._new_index(int(len(live) * 1.25) + 64)
         self._count = 0
         self._deleted = 0
+        self._deep = set()
         self._proxy.reset()
         self._proxy.sync(table)
         if len(live):
             self._insert(table, live)
 
     def _insert(self, table: ItemTable, slots: np.ndarray) -> None:
+        deep = self.space.deep(table.vectors[slots])
+        if deep.any():
+            self._deep.update(slots[deep].tolist())
+            slots = slots[~deep]
+            if len(slots) == 0:
+                return
         need = self._count + len(slots)
         cap = self._index.get_max_elements()
         if need > cap:
@@ -145,6 +158,9 @@ class HnswBackend(Backend):
         if self._index is None:
             return
         for s in np.asarray(slots, dtype=np.int64).tolist():
+            if s in self._deep:
+                self._deep.discard(s)
+                continue
             try:
                 self._index.mark_deleted(s)
                 self._deleted += 1
@@ -170,13 +186,43 @@ class HnswBackend(Backend):
             or (allowed is not None and n <= self._p["filter_exact_threshold"])
         ):
             return exact_search(self.space, table, None, queries, k, allowed=allowed)
-        try:
-            return self._graph_search(table, queries, k, m, allowed)
-        except RuntimeError as exc:
-            # hnswlib: "Cannot return the results in a contiguous 2D array.
-            # Probably ef or M is too small" -- fewer than m reachable results
-            log.debug("hnsw search fell back to an exact scan: %s", exc)
-            return exact_search(self.space, table, None, queries, k, allowed=allowed)
+        deep = self._deep
+        if deep:
+            if allowed is None:
+                deep_rows = np.fromiter(sorted(deep), dtype=np.int64, count=len(deep))
+            else:
+                deep_rows = allowed[
+                    np.fromiter((s in deep for s in allowed.tolist()), bool, len(allowed))
+                ]
+                allowed = np.setdiff1d(allowed, deep_rows, assume_unique=True)
+        else:
+            deep_rows = np.empty(0, dtype=np.int64)
+        n_graph = n - len(deep_rows)
+        parts = []
+        if n_graph:
+            kg = min(k, n_graph)
+            try:
+                parts.append(self._graph_search(table, queries, kg, min(m, n_graph), allowed))
+            except RuntimeError as exc:
+                # hnswlib: "Cannot return the results in a contiguous 2D array.
+                # Probably ef or M is too small" -- fewer than m reachable results
+                log.debug("hnsw search fell back to an exact scan: %s", exc)
+                if allowed is None:
+                    allowed = np.setdiff1d(table.live_slots(), deep_rows, assume_unique=True)
+                parts.append(exact_search(self.space, table, None, queries, kg, allowed=allowed))
+        if len(deep_rows):  # the deep items: an exact scan (float64 for deep queries)
+            parts.append(
+                exact_search(
+                    self.space, table, None, queries, min(k, len(deep_rows)), allowed=deep_rows
+                )
+            )
+        if len(parts) == 1:
+            return parts[0]
+        return merge_topk(
+            np.concatenate([p[0] for p in parts], axis=1),
+            np.concatenate([p[1] for p in parts], axis=1),
+            k,
+        )
 
     def _knn(self, x: np.ndarray, m: int, filt) -> np.ndarray:
         threads = 1 if filt is not None else self._p["num_threads"]
@@ -195,7 +241,7 @@ class HnswBackend(Backend):
         if proxy.view(table) is None:  # not in sync (never expected): stay correct
             return exact_search(space, table, None, queries, k, allowed=allowed)
         filt = None if allowed is None else set(np.asarray(allowed).tolist()).__contains__
-        n = table.n_alive if allowed is None else len(allowed)
+        n = table.n_alive - len(self._deep) if allowed is None else len(allowed)
         keep = n_candidates(k, n)
         passes = self._p["passes"]
         first = m if passes == 1 else min(n, max(2 * k, 32, m // 4))
@@ -257,6 +303,8 @@ class HnswBackend(Backend):
         if idx.get_current_count() != count:
             raise ValueError("hnsw snapshot: element count does not match")
         self._index, self._count, self._deleted = idx, count, deleted
+        live = table.live_slots()
+        self._deep = set(live[self.space.deep(table.vectors[live])].tolist())
         self._proxy.reset()
         self._proxy.sync(table)
 
