@@ -72,6 +72,13 @@ duplicate ids, ``k < 1`` -- with a message that starts with the input's name,
 e.g. ``vectors[3]: norm 1.0000002 is outside the ball of curvature 1.0 (must
 be < 1.0)``; :class:`IndexStoreError` for a store of another format or space.
 
+Precision: candidates are ranked with a float32 proxy and re-ranked exactly in
+float64.  Points deeper than hyperbolic radius ~12.9/sqrt(c) (gap ``1 - c|x|^2``
+below ``indexing.geometry.DEEP_GAP`` = 1e-5), where float32 cannot tell
+neighbours apart, are ranked in float64 (deep queries) and kept out of the
+float32 hnsw graph (scanned exactly); results stay exact up to the float64
+limit (radius ~37).
+
 Concurrency: searches run in parallel; writes are serialised and never run
 during a search (a writer-preferring readers-writer lock).  Compaction (when
 more than 30% of the slots are deleted) and the switch to hnsw rebuild the
