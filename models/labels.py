@@ -62,6 +62,7 @@ __all__ = [
     "LabelTrainConfig",
     "evaluate_cones",
     "evaluate_reconstruction",
+    "best_cone_threshold",
     "hierarchical_start",
     "train_labels",
 ]
@@ -76,14 +77,15 @@ class LabelTrainConfig:
     dim: int = 10
     curvature: float = 1.0
     epochs: int | None = None  # None: chosen from the number of closure edges
-    lr: float = 0.1  # Riemannian SGD learning rate
+    lr: float = 0.03  # Riemannian SGD learning rate, decayed linearly to 0 after the burn-in
     negatives: int = 50
+    local_negatives: float = 0.0  # share of negatives drawn among the descendants of the edge's ancestor
     burnin: int = 5  # epochs at lr * burnin_factor with degree-weighted negatives
     burnin_factor: float = 0.1
     batch_size: int = 1024
     init: str = "hierarchical"  # or "random" (uniform in a tiny ball, as the paper)
     init_step: float = 1.5  # hyperbolic radius added per level of depth
-    init_spread: float = 1.0  # angular spread of the children of a depth-1 node
+    init_spread: float = 1.5  # angular spread of the children of a depth-1 node
     init_decay: float = 0.5  # spread factor per further level
     cone_epochs: int = 0
     cone_weight: float = 0.0  # weight of the cone loss added to every N&K step; 0: off
@@ -99,7 +101,7 @@ class LabelTrainConfig:
         if self.epochs is not None:
             return self.epochs
         # about 1.5 million edge visits for small taxonomies, fewer passes over big ones
-        return int(min(200, max(30, round(1.3e6 / max(n_edges, 1)))))
+        return int(min(200, max(10, round(1.3e6 / max(n_edges, 1)))))
 
     def validate(self) -> None:
         if self.dim < 2:
@@ -215,7 +217,7 @@ def hierarchical_start(
     *,
     curvature: float = 1.0,
     step: float = 1.5,
-    spread: float = 1.0,
+    spread: float = 1.5,
     decay: float = 0.5,
     seed: int = 0,
 ) -> torch.Tensor:
@@ -254,6 +256,14 @@ def hierarchical_start(
     return poincare.project(x, c=curvature)
 
 
+def get_lr(cfg: LabelTrainConfig, epoch: int, epochs: int) -> float:
+    """Learning rate of an epoch: burn-in at lr * burnin_factor, then linear decay from lr to lr/10."""
+    if epoch < cfg.burnin:
+        return cfg.lr * cfg.burnin_factor
+    span = max(epochs - cfg.burnin, 1)
+    return cfg.lr * (1 - 0.9 * (epoch - cfg.burnin) / span)
+
+
 class _EdgeSet:
     """Membership test for (u, v) pairs as sorted int64 keys."""
 
@@ -265,6 +275,24 @@ class _EdgeSet:
         k = u * self.n + v
         pos = torch.searchsorted(self.keys, k).clamp_max(len(self.keys) - 1)
         return self.keys[pos] == k
+
+
+class _Descendants:
+    """Uniform sampling of a descendant of given ancestors (closure grouped by ancestor)."""
+
+    def __init__(self, edges: torch.Tensor, n: int):
+        order = torch.argsort(edges[:, 1], stable=True)
+        self.desc = edges[order, 0]
+        counts = torch.bincount(edges[:, 1], minlength=n)
+        self.start = torch.cumsum(counts, 0) - counts
+        self.count = counts
+
+    def sample(self, anc: torch.Tensor, k: int, gen: torch.Generator) -> torch.Tensor:
+        """(b,) ancestors -> (b, k) of their descendants (every ancestor of an edge has one)."""
+        r = torch.rand(len(anc), k, generator=gen, dtype=torch.float64)
+        cnt = self.count[anc][:, None]
+        off = (r * cnt).long().clamp_max(cnt - 1)
+        return self.desc[self.start[anc][:, None] + off]
 
 
 def _project_rows(theta: torch.Tensor, rows: torch.Tensor, c: float, min_norm: float = 0.0):
@@ -285,7 +313,7 @@ def _rsgd_step(theta, rows, grads, lr, c):
     theta.index_add_(0, rows, -lr * (g * g / 4) * grads)
 
 
-def _nk_epoch(theta, edges, edge_set, cfg, gen, lr, burn, deg_cdf, progress):
+def _nk_epoch(theta, edges, edge_set, local, cfg, gen, lr, burn, deg_cdf, progress):
     n = theta.shape[0]
     c = cfg.curvature
     perm = torch.randperm(len(edges), generator=gen)
@@ -299,6 +327,9 @@ def _nk_epoch(theta, edges, edge_set, cfg, gen, lr, burn, deg_cdf, progress):
             neg = torch.searchsorted(deg_cdf, r).clamp_max(n - 1).view(b, cfg.negatives)
         else:
             neg = torch.randint(0, n, (b, cfg.negatives), generator=gen)
+            k = int(round(cfg.local_negatives * cfg.negatives))
+            if k > 0:
+                neg[:, :k] = local.sample(v, k, gen)
         bad = edge_set.contains(u[:, None].expand_as(neg), neg) | (neg == u[:, None])
         cand = torch.cat([v[:, None], neg], 1)  # (b, 1 + negatives)
         d, gu, gc = dist_and_grad(theta[u], theta[cand], c=c)
@@ -493,6 +524,7 @@ def train_labels(
     theta = theta.contiguous()
 
     edge_set = _EdgeSet(edges, n)
+    local = _Descendants(edges, n)
     deg = torch.bincount(edges.reshape(-1), minlength=n).to(torch.float64) ** 0.75
     deg_cdf = torch.cumsum(deg, 0)
     deg_cdf /= deg_cdf[-1].clone()
@@ -507,8 +539,8 @@ def train_labels(
             gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + epoch + 1)
             if epoch < nk_epochs:
                 burn = epoch < cfg.burnin
-                lr = cfg.lr * (cfg.burnin_factor if burn else 1.0)
-                loss = _nk_epoch(theta, edges, edge_set, cfg, gen, lr, burn, deg_cdf, bar)
+                lr = get_lr(cfg, epoch, nk_epochs)
+                loss = _nk_epoch(theta, edges, edge_set, local, cfg, gen, lr, burn, deg_cdf, bar)
             else:
                 loss = _cone_epoch(theta, edges, edge_set, cfg, gen, bar, cone_state)
             if not torch.isfinite(theta).all():
@@ -610,9 +642,17 @@ def evaluate_cones(
     K: float | None = None,
     tol: float = 0.0,
     chunk: int = 128,
+    sample: int | None = None,
+    seed: int = 0,
     progress: bool = False,
 ) -> dict[str, float]:
-    """Precision, recall and F1 of "u is in the cone of v" against the closure pairs."""
+    """Precision, recall and F1 of "u is in the cone of v" against the closure pairs.
+
+    Every ordered pair (v, u), u != v, is predicted "u entails v" when the
+    cone energy E(v, u) <= ``tol``. ``sample`` evaluates the pairs of a random
+    subset of apexes v only (an unbiased estimate of the counts, for big
+    taxonomies).
+    """
     taxonomy = taxonomy or emb.taxonomy
     theta = emb.embeddings
     if taxonomy.names != emb.taxonomy.names:
@@ -623,25 +663,80 @@ def evaluate_cones(
     # group by ancestor: row v holds its descendants
     by_anc = edges[:, ::-1].copy()
     es, starts = _grouped(by_anc, n)
+    apexes = np.arange(n)
+    if sample is not None and sample < n:
+        apexes = np.sort(np.random.default_rng(seed).choice(n, sample, replace=False))
     tp = fp = 0
-    bar = _Progress(n, progress, "cones", unit="node")
-    for s in range(0, n, chunk):
-        vb = torch.arange(s, min(s + chunk, n))
+    n_pos = 0
+    bar = _Progress(len(apexes), progress, "cones", unit="node")
+    for s in range(0, len(apexes), chunk):
+        vb = torch.from_numpy(apexes[s : s + chunk])
         e = cones.pairwise_cone_energy(theta[vb], theta, c=emb.curvature, K=K)
         pred = e <= tol
         pred[torch.arange(len(vb)), vb] = False
         truth = torch.zeros_like(pred)
         for r, v in enumerate(vb.tolist()):
             truth[r, torch.from_numpy(es[starts[v] : starts[v + 1], 1])] = True
+        n_pos += int(truth.sum())
         tp += int((pred & truth).sum())
         fp += int((pred & ~truth).sum())
         bar.advance(len(vb))
     bar.close()
-    fn = len(edges) - tp
+    fn = n_pos - tp
     precision = tp / max(tp + fp, 1)
     recall = tp / max(tp + fn, 1)
     f1 = 2 * precision * recall / max(precision + recall, 1e-300)
-    return {"cone_precision": precision, "cone_recall": recall, "cone_f1": f1, "cone_K": K}
+    return {
+        "cone_precision": precision,
+        "cone_recall": recall,
+        "cone_f1": f1,
+        "cone_K": K,
+        "cone_tol": tol,
+        "cone_apexes": int(len(apexes)),
+    }
+
+
+def best_cone_threshold(
+    emb: LabelEmbedding,
+    taxonomy: Taxonomy | None = None,
+    *,
+    K: float | None = None,
+    sample: int | None = 2000,
+    seed: int = 0,
+) -> dict[str, float]:
+    """The energy threshold with the best containment F1, as Ganea et al. tune it.
+
+    Computed on the pairs of a sample of apexes; pass the threshold back to
+    :func:`evaluate_cones` as ``tol`` to score all pairs.
+    """
+    taxonomy = taxonomy or emb.taxonomy
+    theta = emb.embeddings
+    K = float(emb.config.get("cone_K", 0.1)) if K is None else K
+    n = len(taxonomy)
+    rng = np.random.default_rng(seed)
+    apexes = np.arange(n) if sample is None or sample >= n else rng.choice(n, sample, replace=False)
+    by_anc = taxonomy.closure_edges()[:, ::-1].copy()
+    es, starts = _grouped(by_anc, n)
+    energies, labels = [], []
+    for s in range(0, len(apexes), 128):
+        vb = torch.from_numpy(np.asarray(apexes[s : s + 128]))
+        e = cones.pairwise_cone_energy(theta[vb], theta, c=emb.curvature, K=K)
+        truth = torch.zeros_like(e, dtype=torch.bool)
+        for r, v in enumerate(vb.tolist()):
+            truth[r, torch.from_numpy(es[starts[v] : starts[v + 1], 1])] = True
+        e[torch.arange(len(vb)), vb] = float("inf")
+        energies.append(e.flatten())
+        labels.append(truth.flatten())
+    vals = torch.cat(energies)
+    lab = torch.cat(labels)
+    order = torch.argsort(vals)
+    hit = lab[order].to(torch.float64)
+    tp = torch.cumsum(hit, 0)
+    fp = torch.cumsum(1 - hit, 0)
+    total = hit.sum().clamp_min(1)
+    f1 = 2 * tp / (tp + fp + total)
+    i = int(torch.argmax(f1))
+    return {"threshold": float(vals[order][i]), "f1": float(f1[i])}
 
 
 def load_labels(path: str | os.PathLike) -> LabelEmbedding:
