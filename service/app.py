@@ -1,0 +1,131 @@
+"""The app factory: ``create_app(settings)`` -> FastAPI.
+
+The lifespan sets torch's thread count, then loads the model (or labels) and
+opens the index in a background thread, so ``/healthz`` answers at once and
+``/readyz`` turns 200 when loading is done (503 before, and routes that need
+the artifacts answer 503 meanwhile). Tests pass ``runtime=`` to serve a small
+index they built themselves.
+
+Run it with ``hypsearch serve`` or ``uvicorn --factory service.app:create_app``
+(settings from ``HYPSEARCH_*`` variables).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import numpy as np
+from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
+
+from .batching import MicroBatcher
+from .deps import Services
+from .errors import install_error_handlers
+from .jobs import JobManager
+from .observability import Metrics, RequestMiddleware, setup_logging
+from .routes import items, jobs, labels, ops, page, search
+from .runtime import Runtime, StartupError, open_runtime
+from .settings import Settings, get_settings
+
+log = logging.getLogger("service")
+
+STATIC = Path(__file__).parent / "static"
+
+DESCRIPTION = """\
+Hierarchical image retrieval in hyperbolic space: items and label prototypes are
+points of one Poincaré ball. Search by vector, label name, item id or picture, in
+`nearest` mode (k nearest by geodesic distance) or `hierarchical` mode (same label
+first, then siblings, cousins, ...). Errors are 4xx with `{"detail": ...}`. Writes
+need `Authorization: Bearer <key>` when `HYPSEARCH_API_KEY` is set.
+"""
+
+MULTIPART_SLACK = 64 * 1024  # bytes of multipart framing allowed on top of the upload limit
+
+
+def _embedder(model):
+    def embed(images: list[np.ndarray]) -> np.ndarray:
+        x = np.stack(images) if all(im.shape == images[0].shape for im in images) else images
+        return model.embed(x).numpy()
+
+    return embed
+
+
+def _start(services: Services, runtime: Runtime) -> None:
+    services.runtime = runtime
+    s = services.settings
+    if runtime.model is not None:
+        services.batcher = MicroBatcher(
+            _embedder(runtime.model),
+            max_size=s.batch_max_size,
+            max_wait=s.batch_max_wait_ms / 1000.0,
+            on_batch=services.metrics.observe_batch,
+        )
+    services.metrics.items.set_function(lambda: len(runtime))
+    services.metrics.ready.set(1)
+    services.ready.set()
+
+
+def _load(services: Services) -> None:
+    try:
+        rt = open_runtime(services.settings)
+    except (StartupError, OSError, ValueError) as e:
+        services.load_error = str(e)
+        log.error("loading failed: %s", e)
+        return
+    except Exception as e:  # noqa: BLE001 - logged in full, reported by /readyz
+        services.load_error = f"{type(e).__name__}: {e}"
+        log.exception("loading failed")
+        return
+    _start(services, rt)
+    log.info(
+        "ready: %d items, dim %d, model %s",
+        len(rt),
+        rt.dim,
+        rt.model_version,
+    )
+
+
+def create_app(settings: Settings | None = None, *, runtime: Runtime | None = None) -> FastAPI:
+    """The FastAPI app; ``runtime`` serves an already opened index (tests)."""
+    settings = settings if settings is not None else get_settings()
+    metrics = Metrics()
+    services = Services(settings=settings, metrics=metrics, owns_runtime=runtime is None)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        import torch
+
+        torch.set_num_threads(settings.torch_threads)
+        setup_logging(settings.log_level, settings.log_json)
+        services.jobs = JobManager(lambda: services.runtime, settings, metrics)
+        if runtime is not None:
+            _start(services, runtime)
+        else:
+            threading.Thread(target=_load, args=(services,), name="load", daemon=True).start()
+        try:
+            yield
+        finally:
+            services.jobs.close()
+            if services.batcher is not None:
+                services.batcher.close()
+            if services.owns_runtime and services.runtime is not None:
+                services.runtime.close()
+
+    app = FastAPI(
+        title="hypsearch",
+        version="0.1.0",
+        description=DESCRIPTION,
+        lifespan=lifespan,
+    )
+    app.state.services = services
+    install_error_handlers(app)
+    for module in (ops, search, labels, items, jobs, page):
+        app.include_router(module.router)
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    app.add_middleware(
+        RequestMiddleware, metrics=metrics, max_body=settings.max_upload_bytes + MULTIPART_SLACK
+    )
+    return app

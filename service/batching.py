@@ -1,0 +1,119 @@
+"""Dynamic micro-batching of image embeddings.
+
+Concurrent requests each :meth:`MicroBatcher.submit` one decoded picture; a
+single worker thread takes the first waiting picture, waits at most
+``max_wait`` seconds for more (up to ``max_size``), embeds them in one forward
+pass and hands each caller its row. Under load, batches fill without waiting;
+a lone request waits ``max_wait`` at most.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+
+import numpy as np
+
+log = logging.getLogger("service")
+
+__all__ = ["MicroBatcher", "BatcherClosed"]
+
+
+class BatcherClosed(RuntimeError):
+    """The service is shutting down."""
+
+
+class MicroBatcher:
+    """``embed(list of images) -> (n, D) array`` behind a queue and one worker thread."""
+
+    def __init__(
+        self,
+        embed: Callable[[list[np.ndarray]], np.ndarray],
+        *,
+        max_size: int = 32,
+        max_wait: float = 0.002,
+        on_batch: Callable[[int, float], None] | None = None,
+        name: str = "embed-batcher",
+    ) -> None:
+        if max_size < 1:
+            raise ValueError("max_size must be at least 1")
+        self._embed = embed
+        self.max_size = int(max_size)
+        self.max_wait = float(max_wait)
+        self._on_batch = on_batch
+        self._q: queue.SimpleQueue[tuple[np.ndarray, Future] | None] = queue.SimpleQueue()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, image: np.ndarray) -> Future:
+        """Queue one picture; the future's result is its embedding (D,)."""
+        if self._closed:
+            raise BatcherClosed("the embedding worker is stopped")
+        fut: Future = Future()
+        self._q.put((image, fut))
+        return fut
+
+    def embed_one(self, image: np.ndarray, timeout: float | None = 60.0) -> np.ndarray:
+        return self.submit(image).result(timeout=timeout)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._q.put(None)
+            self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while True:
+            first = self._q.get()
+            if first is None:
+                break
+            batch = [first]
+            deadline = time.perf_counter() + self.max_wait
+            stop = False
+            while len(batch) < self.max_size:
+                remaining = deadline - time.perf_counter()
+                try:
+                    nxt = self._q.get(timeout=remaining) if remaining > 0 else self._q.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    stop = True
+                    break
+                batch.append(nxt)
+            self._process(batch)
+            if stop:
+                break
+        # fail whatever is still queued
+        while True:
+            try:
+                item = self._q.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None and not item[1].done():
+                item[1].set_exception(BatcherClosed("the embedding worker is stopped"))
+
+    def _process(self, batch: list[tuple[np.ndarray, Future]]) -> None:
+        live = [(im, f) for im, f in batch if f.set_running_or_notify_cancel()]
+        if not live:
+            return
+        t0 = time.perf_counter()
+        try:
+            z = np.asarray(self._embed([im for im, _ in live]), dtype=np.float64)
+        except Exception as e:  # noqa: BLE001 - handed to every caller of the batch
+            log.exception("embedding a batch of %d failed", len(live))
+            for _, f in live:
+                f.set_exception(e)
+            return
+        seconds = time.perf_counter() - t0
+        for j, (_, f) in enumerate(live):
+            f.set_result(z[j])
+        if self._on_batch is not None:
+            try:
+                self._on_batch(len(live), seconds)
+            except Exception:  # noqa: BLE001 - metrics never break inference
+                log.exception("batch metrics callback failed")

@@ -1,0 +1,122 @@
+"""Dependencies of the routes, as ``Annotated`` aliases (``RuntimeDep``, ``IndexDep``, ...).
+
+Everything comes from ``app.state.services`` (:class:`Services`), filled by the
+lifespan; tests build an app around their own small index with
+``create_app(settings, runtime=...)`` or override these with
+``app.dependency_overrides``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import threading
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+from fastapi import Depends, Request
+
+from indexing import HyperbolicIndex
+
+from .batching import MicroBatcher
+from .errors import ApiError
+from .jobs import JobManager
+from .observability import Metrics
+from .runtime import Runtime
+from .settings import Settings
+
+
+@dataclass
+class Services:
+    """What the app holds while it runs."""
+
+    settings: Settings
+    metrics: Metrics
+    jobs: JobManager | None = None
+    runtime: Runtime | None = None
+    batcher: MicroBatcher | None = None
+    load_error: str | None = None
+    owns_runtime: bool = True
+    ready: threading.Event = field(default_factory=threading.Event)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def get_services(request: Request) -> Services:
+    return request.app.state.services
+
+
+ServicesDep = Annotated[Services, Depends(get_services)]
+
+
+def get_settings_dep(services: ServicesDep) -> Settings:
+    return services.settings
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
+
+
+def get_runtime(services: ServicesDep) -> Runtime:
+    rt = services.runtime
+    if rt is None:
+        if services.load_error:
+            raise ApiError(503, f"the service could not load its artifacts: {services.load_error}")
+        raise ApiError(503, "the model and the index are still loading; retry shortly")
+    return rt
+
+
+RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
+
+
+def get_index(rt: RuntimeDep) -> HyperbolicIndex:
+    return rt.index
+
+
+IndexDep = Annotated[HyperbolicIndex, Depends(get_index)]
+
+
+def get_model(rt: RuntimeDep):
+    if rt.model is None:
+        raise ApiError(
+            503, "no image model is loaded (start the service with --model / HYPSEARCH_MODEL)"
+        )
+    return rt.model
+
+
+ModelDep = Annotated[Any, Depends(get_model)]
+
+
+def get_batcher(services: ServicesDep, _model: ModelDep) -> MicroBatcher:
+    if services.batcher is None:  # pragma: no cover - set whenever a model is loaded
+        raise ApiError(503, "the embedding worker is not running")
+    return services.batcher
+
+
+BatcherDep = Annotated[MicroBatcher, Depends(get_batcher)]
+
+
+def get_jobs(services: ServicesDep, _rt: RuntimeDep) -> JobManager:
+    assert services.jobs is not None
+    return services.jobs
+
+
+JobsDep = Annotated[JobManager, Depends(get_jobs)]
+
+
+def require_api_key(request: Request, settings: SettingsDep) -> None:
+    """Writes need ``Authorization: Bearer <HYPSEARCH_API_KEY>`` when a key is set."""
+    if settings.api_key is None:
+        return
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token:
+        err = ApiError(401, "authorization: this write needs 'Authorization: Bearer <API key>'")
+    elif not hmac.compare_digest(
+        token.strip().encode(), settings.api_key.get_secret_value().encode()
+    ):
+        err = ApiError(401, "authorization: wrong API key")
+    else:
+        return
+    err.headers = {"WWW-Authenticate": "Bearer"}
+    raise err
+
+
+WriteAccess = Depends(require_api_key)

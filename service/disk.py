@@ -1,0 +1,121 @@
+"""A 2-D Poincaré-disk picture of one answer: query, results, label prototypes.
+
+The points live in a D-dimensional ball; the page draws a disk. The layout
+keeps what makes the hierarchy readable and gives up the rest:
+
+* **radius**: each point's hyperbolic distance to the origin ``d(0, x)`` is
+  kept, up to one common scale: display radius ``tanh(s * d(0, x) / 2)``, with
+  ``s`` chosen so the farthest point lands at 0.92 of the disk. General labels
+  (near the origin) stay inside, specific ones and items outside them.
+* **angle**: the direction ``x / |x|`` projected onto the two principal axes
+  (uncentred SVD) of the directions of the labels drawn and the query, so
+  that labels far apart in the ball tend to land apart on the disk and items
+  sit by their label.
+
+Labels drawn: the query's chain (label up to the root), the labels of the
+results, and the children of the first chain labels that items carry (the
+siblings the hierarchical levels come from), at most :data:`MAX_LABELS`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from models.geometry import poincare
+
+from .schemas import DiskOut, DiskPoint
+
+MAX_LABELS = 48
+EDGE = 0.92
+
+
+def layout(rt, ans) -> DiskOut:
+    chain = ans.chain or (rt.chain(ans.query_label) if ans.query_label else [])
+    labels: list[str] = []
+
+    def add(name: str | None) -> None:
+        if name and name in rt.taxonomy and name not in labels and len(labels) < MAX_LABELS:
+            labels.append(name)
+
+    for c in chain:
+        add(c)
+    for h in ans.hits:
+        add(h.label)
+    used = set(rt.used_labels())
+    for c in chain[:3]:
+        for child in rt.taxonomy.children(c):
+            if child in used or rt.items_under(child) > 0:
+                add(child)
+
+    vecs = [np.asarray(ans.query_vector, dtype=np.float64)]
+    kinds: list[tuple[str, str, str | None, int | None]] = [
+        ("query", "query", ans.query_label, None)
+    ]
+    for h in ans.hits:
+        item = rt.index.get(h.id)
+        if item is None:
+            continue
+        vecs.append(np.asarray(item.vector, dtype=np.float64))
+        kinds.append(("result", h.id, h.label, h.level))
+    for name in labels:
+        vecs.append(rt.label_point(name))
+        kinds.append(("label", name, name, None))
+    x = torch.from_numpy(np.stack(vecs))
+    radius = poincare.distance_to_origin(x, c=rt.curvature).numpy()
+
+    norms = np.linalg.norm(x.numpy(), axis=1, keepdims=True)
+    dirs = np.divide(x.numpy(), norms, out=np.zeros_like(x.numpy()), where=norms > 0)
+    basis_rows = [0] + [i for i, k in enumerate(kinds) if k[0] == "label"]
+    basis = _plane(dirs[basis_rows] if len(basis_rows) >= 2 else dirs)
+    xy = dirs @ basis  # (n, 2)
+    lens = np.linalg.norm(xy, axis=1, keepdims=True)
+    xy = np.divide(xy, lens, out=np.zeros_like(xy), where=lens > 1e-12)
+
+    rmax = float(radius.max()) if len(radius) else 0.0
+    scale = 2 * math.atanh(EDGE) / rmax if rmax > 0 else 1.0
+    shown = np.tanh(scale * radius / 2)
+    pts = xy * shown[:, None]
+
+    parent_of: dict[str, str | None] = {}
+    for i, c in enumerate(chain):
+        parent_of[c] = chain[i + 1] if i + 1 < len(chain) else None
+    for name in labels:
+        if name not in parent_of:
+            ps = [p for p in rt.taxonomy.parents(name) if p in labels]
+            parent_of[name] = ps[0] if ps else None
+
+    points = []
+    for (kind, name, lab, level), (px, py) in zip(kinds, pts.tolist(), strict=True):
+        points.append(
+            DiskPoint(
+                kind=kind,
+                name=name,
+                x=round(px, 5),
+                y=round(py, 5),
+                label=lab,
+                level=level,
+                parent=parent_of.get(name) if kind == "label" else None,
+            )
+        )
+    return DiskOut(scale=scale, points=points)
+
+
+def _plane(dirs: np.ndarray) -> np.ndarray:
+    """(D, 2): the two leading right singular vectors of ``dirs`` (uncentred)."""
+    d = dirs.shape[1]
+    if d == 1:
+        return np.array([[1.0, 0.0]])
+    try:
+        _, _, vt = np.linalg.svd(dirs, full_matrices=False)
+    except np.linalg.LinAlgError:
+        vt = np.eye(d)
+    basis = vt[:2].T
+    if basis.shape[1] < 2:  # a single direction: complete with any orthogonal axis
+        e = np.zeros(d)
+        e[int(np.argmin(np.abs(basis[:, 0])))] = 1.0
+        e -= basis[:, 0] * (basis[:, 0] @ e)
+        basis = np.column_stack([basis[:, 0], e / np.linalg.norm(e)])
+    return basis

@@ -1,0 +1,237 @@
+"""Metrics (Prometheus), structured logs with a request id, and the ASGI
+middleware that ties them to every request (and caps request bodies).
+
+Metrics live in a registry per app (tests build many apps in one process):
+
+* ``hypsearch_request_seconds{route,method,status}``: latency histogram by route template
+* ``hypsearch_index_items``: live items
+* ``hypsearch_embed_batch_size`` and ``hypsearch_embed_batch_seconds``: micro-batches
+* ``hypsearch_job_progress{job}``, ``hypsearch_job_images_total{outcome}``: index jobs
+
+Logs are one JSON object a line on stderr (``HYPSEARCH_LOG_JSON=0`` for plain
+text) with ``request_id`` on every line written while a request runs; the id
+comes from the ``X-Request-ID`` header or is made up, and is sent back in it.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import logging
+import re
+import sys
+import time
+import uuid
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from starlette.exceptions import HTTPException
+
+request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
+
+_LATENCY_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.0075,
+    0.01,
+    0.015,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+)
+_REQUEST_ID_OK = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+class Metrics:
+    """The app's Prometheus collectors, in their own registry."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Histogram(
+            "hypsearch_request_seconds",
+            "Request latency by route",
+            ["route", "method", "status"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.items = Gauge("hypsearch_index_items", "Live items in the index", registry=r)
+        self.batch_size = Histogram(
+            "hypsearch_embed_batch_size",
+            "Images per embedding micro-batch",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128),
+            registry=r,
+        )
+        self.batch_seconds = Histogram(
+            "hypsearch_embed_batch_seconds",
+            "Forward time of one micro-batch",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.job_progress = Gauge(
+            "hypsearch_job_progress", "Progress of index jobs (0..1)", ["job"], registry=r
+        )
+        self.job_images = Counter(
+            "hypsearch_job_images_total", "Images read by index jobs", ["outcome"], registry=r
+        )
+        self.ready = Gauge("hypsearch_ready", "1 once model and index are loaded", registry=r)
+
+    def observe_batch(self, n: int, seconds: float) -> None:
+        self.batch_size.observe(n)
+        self.batch_seconds.observe(seconds)
+
+
+# ---------------------------------------------------------------- logs
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        out = {
+            "ts": round(record.created, 3),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        rid = getattr(record, "request_id", None) or request_id.get()
+        if rid:
+            out["request_id"] = rid
+        for key in ("method", "path", "route", "status", "ms", "job"):
+            v = getattr(record, key, None)
+            if v is not None:
+                out[key] = v
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, ensure_ascii=False)
+
+
+class _PlainFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        rid = getattr(record, "request_id", None) or request_id.get()
+        s = super().format(record)
+        return f"{s} [{rid}]" if rid else s
+
+
+def setup_logging(level: str = "INFO", as_json: bool = True) -> None:
+    """Send the service's and the index's logs to stderr (idempotent)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        JsonFormatter() if as_json else _PlainFormatter("%(levelname)s %(name)s: %(message)s")
+    )
+    handler._hypsearch = True  # type: ignore[attr-defined]
+    for name in ("service", "indexing", "service.access"):
+        lg = logging.getLogger(name)
+        lg.handlers = [h for h in lg.handlers if not getattr(h, "_hypsearch", False)]
+        if name != "service.access":
+            lg.addHandler(handler)
+        lg.setLevel(level)
+    logging.getLogger("service.access").propagate = True
+
+
+# ---------------------------------------------------------------- middleware
+
+
+class RequestMiddleware:
+    """Pure ASGI: request id, access log, latency histogram, body size cap (413)."""
+
+    def __init__(self, app, *, metrics: Metrics, max_body: int) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.max_body = max_body
+        self.log = logging.getLogger("service.access")
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        rid = None
+        for k, v in scope.get("headers", ()):
+            if k == b"x-request-id":
+                cand = v.decode("latin-1")
+                rid = cand if _REQUEST_ID_OK.match(cand) else None
+                break
+        rid = rid or uuid.uuid4().hex
+        token = request_id.set(rid)
+        t0 = time.perf_counter()
+        status = {"code": 500}
+
+        length = None
+        for k, v in scope.get("headers", ()):
+            if k == b"content-length":
+                try:
+                    length = int(v)
+                except ValueError:
+                    length = None
+        too_big = length is not None and length > self.max_body
+
+        async def send_wrapper(message):
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+                headers = list(message.get("headers", []))
+                headers.append((b"x-request-id", rid.encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        received = {"n": 0}
+
+        async def receive_wrapper():
+            message = await receive()
+            if message["type"] == "http.request":
+                received["n"] += len(message.get("body", b""))
+                if received["n"] > self.max_body:
+                    raise HTTPException(413, _too_large(self.max_body))
+            return message
+
+        try:
+            if too_big:
+                await _send_413(send_wrapper, self.max_body)
+            else:
+                await self.app(scope, receive_wrapper, send_wrapper)
+        finally:
+            ms = (time.perf_counter() - t0) * 1000
+            route = scope.get("route")
+            template = getattr(route, "path", None) or "unmatched"
+            self.metrics.requests.labels(template, scope["method"], str(status["code"])).observe(
+                ms / 1000
+            )
+            self.log.info(
+                "%s %s %d %.1fms",
+                scope["method"],
+                scope["path"],
+                status["code"],
+                ms,
+                extra={
+                    "method": scope["method"],
+                    "path": scope["path"],
+                    "route": template,
+                    "status": status["code"],
+                    "ms": round(ms, 2),
+                    "request_id": rid,
+                },
+            )
+            request_id.reset(token)
+
+
+def _too_large(limit: int) -> str:
+    return f"request body is over the limit of {limit:,} bytes (HYPSEARCH_MAX_UPLOAD_BYTES)"
+
+
+async def _send_413(send, limit: int) -> None:
+    body = json.dumps({"detail": _too_large(limit)}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

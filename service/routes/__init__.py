@@ -1,0 +1,1 @@
+"""One APIRouter per resource: ops (health, stats, metrics), search, labels, items, jobs, page."""

@@ -1,0 +1,217 @@
+"""Items: read, upsert (a vector or a picture), delete, and an item's picture.
+
+Ids may contain ``/`` (a folder's items are relative paths): the routes take
+the rest of the path as the id, and ``GET /v1/items/{id}/image`` is matched
+first (an id that itself ends in ``/image`` can still be read with
+``POST /v1/search`` ... or renamed).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import numpy as np
+from fastapi import APIRouter, Path, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
+from starlette.datastructures import UploadFile
+
+from .. import searching
+from ..deps import RuntimeDep, ServicesDep, WriteAccess
+from ..errors import ApiError
+from ..imaging import decode_image, encode_png
+from ..runtime import Runtime
+from ..schemas import DeletedOut, ErrorOut, ItemIn, ItemOut
+
+router = APIRouter(prefix="/v1/items", tags=["items"])
+
+ItemId = Annotated[str, Path(description="item id (may contain '/')", max_length=2000)]
+
+_MULTIPART_SCHEMA = {
+    "type": "object",
+    "required": ["file"],
+    "properties": {
+        "file": {"type": "string", "format": "binary", "description": "a picture (PNG or JPEG)"},
+        "label": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 300,
+            "description": "synset or word",
+        },
+    },
+}
+
+
+def _check_id(item_id: str) -> str:
+    if not item_id:
+        raise ApiError(422, "id: empty item id")
+    return item_id
+
+
+def _out(rt: Runtime, item_id: str, item) -> ItemOut:
+    payload = item.payload if isinstance(item.payload, dict) else {}
+    has_image = isinstance(payload.get("image"), dict)
+    return ItemOut(
+        id=item_id,
+        label=item.label,
+        vector=np.asarray(item.vector, dtype=np.float64).tolist(),
+        distance_to_origin=float(rt.distance_to_origin(item.vector)),
+        label_source=payload.get("label_source"),
+        image=f"/v1/items/{item_id}/image" if has_image else None,
+    )
+
+
+@router.get(
+    "/{item_id:path}/image",
+    summary="The item's picture as PNG",
+    response_class=Response,
+    responses={
+        200: {"content": {"image/png": {}}, "description": "the picture"},
+        404: {"model": ErrorOut, "description": "no such item, or it has no picture"},
+        503: {"model": ErrorOut},
+    },
+)
+def get_image(rt: RuntimeDep, item_id: ItemId) -> Response:
+    item = rt.index.get(_check_id(item_id))
+    if item is None:
+        raise ApiError(404, f"id: no item {item_id!r}")
+    pixels = rt.picture(item.payload)
+    if pixels is None:
+        raise ApiError(404, f"id: item {item_id!r} has no picture")
+    return Response(
+        encode_png(pixels), media_type="image/png", headers={"Cache-Control": "public, max-age=300"}
+    )
+
+
+@router.get(
+    "/{item_id:path}",
+    response_model=ItemOut,
+    summary="One item: label, vector, distance to the origin",
+    responses={404: {"model": ErrorOut}, 422: {"model": ErrorOut}, 503: {"model": ErrorOut}},
+)
+def get_item(rt: RuntimeDep, item_id: ItemId) -> ItemOut:
+    item = rt.index.get(_check_id(item_id))
+    if item is None:
+        raise ApiError(404, f"id: no item {item_id!r}")
+    return _out(rt, item_id, item)
+
+
+def _upsert(
+    rt: Runtime, item_id: str, x: np.ndarray, label: str | None, image: dict | None
+) -> ItemOut:
+    if label is not None:
+        label = searching.resolve_label(rt, label)
+        source = "given"
+    else:
+        label = rt.nearest_used_labels(x[None])[0]
+        source = "predicted"
+    payload: dict[str, Any] = {"label_source": source}
+    if image is not None:
+        payload["image"] = image
+    rt.upsert([item_id], x[None], [label], [payload])
+    item = rt.index.get(item_id)
+    if item is None:  # pragma: no cover - deleted by a concurrent request
+        raise ApiError(409, f"id: item {item_id!r} was deleted while being written")
+    return _out(rt, item_id, item)
+
+
+def _upsert_picture(services, rt: Runtime, item_id: str, data: bytes, label: str | None) -> ItemOut:
+    settings = services.settings
+    if services.batcher is None:
+        raise ApiError(
+            503, "no image model is loaded (start the service with --model / HYPSEARCH_MODEL)"
+        )
+    if len(data) > settings.max_upload_bytes:
+        raise ApiError(413, f"file: over the limit of {settings.max_upload_bytes:,} bytes")
+    pixels = decode_image(data, max_pixels=settings.max_image_pixels)
+    if label is not None:  # check the label before any work is kept
+        searching.resolve_label(rt, label)
+    x = searching.check_vector(rt, services.batcher.embed_one(pixels), "file")
+    return _upsert(rt, item_id, x, label, rt.store_picture(pixels))
+
+
+@router.put(
+    "/{item_id:path}",
+    response_model=ItemOut,
+    summary="Insert or replace one item (a vector, or a picture to embed)",
+    dependencies=[WriteAccess],
+    responses={
+        401: {"model": ErrorOut, "description": "API key missing or wrong"},
+        413: {"model": ErrorOut},
+        415: {"model": ErrorOut, "description": "neither JSON nor multipart, or not a picture"},
+        422: {"model": ErrorOut},
+        503: {"model": ErrorOut},
+    },
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {"schema": ItemIn.model_json_schema()},
+                "multipart/form-data": {"schema": _MULTIPART_SCHEMA},
+            },
+        }
+    },
+)
+async def put_item(request: Request, rt: RuntimeDep, svc: ServicesDep, item_id: ItemId) -> ItemOut:
+    """JSON `{"vector": [...], "label": "<synset or word>"}`, or multipart with a
+    picture in `file` (and an optional `label` field). Without a label the item
+    gets the nearest label prototype among the labels in use (`label_source`:
+    `predicted`). Answered once the write is durable (committed to SQLite)."""
+    item_id = _check_id(item_id)
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if ctype == "application/json":
+        raw = await request.body()
+        try:
+            body = ItemIn.model_validate_json(raw)
+        except ValidationError as e:
+            raise RequestValidationError(
+                [
+                    {**err, "loc": ("body", *err.get("loc", ()))}
+                    for err in e.errors(include_url=False)
+                ]
+            ) from None
+        x = searching.check_vector(rt, body.vector)
+        return await run_in_threadpool(_upsert, rt, item_id, x, body.label, None)
+    if ctype == "multipart/form-data":
+        try:
+            form = await request.form(max_files=1, max_fields=4)
+        except Exception as e:  # noqa: BLE001 - malformed multipart of any kind
+            if isinstance(e, ApiError) or getattr(e, "status_code", None) == 413:
+                raise
+            raise ApiError(422, f"body: malformed multipart data ({e})") from None
+        try:
+            file = form.get("file")
+            label = form.get("label")
+            if not isinstance(file, UploadFile):
+                raise ApiError(422, "file: a picture is required in the multipart field 'file'")
+            if label is not None and (not isinstance(label, str) or not label.strip()):
+                raise ApiError(422, "label: must be a non-empty text field")
+            data = await file.read(svc.settings.max_upload_bytes + 1)
+            return await run_in_threadpool(_upsert_picture, svc, rt, item_id, data, label)
+        finally:
+            await form.close()
+    raise ApiError(
+        415,
+        f"content-type: expected application/json or multipart/form-data, got {ctype or 'none'!r}",
+    )
+
+
+@router.delete(
+    "/{item_id:path}",
+    response_model=DeletedOut,
+    summary="Delete one item",
+    dependencies=[WriteAccess],
+    responses={
+        401: {"model": ErrorOut},
+        404: {"model": ErrorOut},
+        422: {"model": ErrorOut},
+        503: {"model": ErrorOut},
+    },
+)
+def delete_item(rt: RuntimeDep, item_id: ItemId) -> DeletedOut:
+    """Answered once the delete is durable; 404 when there is no such item."""
+    n = rt.delete([_check_id(item_id)])
+    if n == 0:
+        raise ApiError(404, f"id: no item {item_id!r}")
+    return DeletedOut(id=item_id, deleted=True)

@@ -1,0 +1,69 @@
+"""Batch index jobs from a server-side folder or manifest (one at a time)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path
+
+from ..deps import JobsDep, WriteAccess
+from ..schemas import ErrorOut, JobIn, JobOut
+
+router = APIRouter(prefix="/v1/index/jobs", tags=["jobs"])
+
+ERRORS = {
+    401: {"model": ErrorOut, "description": "API key missing or wrong"},
+    503: {"model": ErrorOut},
+}
+JobId = Annotated[str, Path(max_length=64)]
+
+
+@router.post(
+    "",
+    response_model=JobOut,
+    status_code=202,
+    summary="Start indexing a folder DIR/<class>/<images> or a CSV manifest id,path[,label]",
+    dependencies=[WriteAccess],
+    responses={
+        **ERRORS,
+        403: {
+            "model": ErrorOut,
+            "description": "the path is outside the data roots (or none are set)",
+        },
+        404: {"model": ErrorOut, "description": "the path does not exist"},
+        409: {"model": ErrorOut, "description": "another job is running"},
+        422: {"model": ErrorOut},
+    },
+)
+def start_job(body: JobIn, jobs: JobsDep) -> JobOut:
+    """The path must lie under one of `HYPSEARCH_DATA_ROOTS` (absolute, no `..`,
+    no symlink leading out). The job runs in the background; poll
+    `GET /v1/index/jobs/{job}`. Its items become visible all at once when it
+    succeeds; unreadable pictures are skipped and listed, not fatal."""
+    return JobOut(**jobs.submit(body.path, body.class_map).as_dict())
+
+
+@router.get("", response_model=list[JobOut], summary="Recent jobs, newest first", responses=ERRORS)
+def list_jobs(jobs: JobsDep) -> list[JobOut]:
+    return [JobOut(**j.as_dict()) for j in jobs.all()]
+
+
+@router.get(
+    "/{job}",
+    response_model=JobOut,
+    summary="State and progress of a job",
+    responses={**ERRORS, 404: {"model": ErrorOut}},
+)
+def get_job(job: JobId, jobs: JobsDep) -> JobOut:
+    return JobOut(**jobs.get(job).as_dict())
+
+
+@router.delete(
+    "/{job}",
+    response_model=JobOut,
+    summary="Cancel a queued or running job (nothing of it is written)",
+    dependencies=[WriteAccess],
+    responses={**ERRORS, 404: {"model": ErrorOut}},
+)
+def cancel_job(job: JobId, jobs: JobsDep) -> JobOut:
+    return JobOut(**jobs.cancel(job).as_dict())

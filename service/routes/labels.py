@@ -1,0 +1,57 @@
+"""Label names: autocompletion and one label's place in the taxonomy."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query
+
+from .. import searching
+from ..deps import RuntimeDep
+from ..schemas import ErrorOut, LabelOut
+
+router = APIRouter(prefix="/v1/labels", tags=["labels"])
+
+
+@router.get(
+    "",
+    response_model=list[str],
+    summary="Label names (synsets and words) starting with a prefix, for autocompletion",
+    responses={422: {"model": ErrorOut}, 503: {"model": ErrorOut}},
+)
+def complete(
+    rt: RuntimeDep,
+    prefix: Annotated[str, Query(max_length=300, description="any case; spaces or _")] = "",
+    limit: Annotated[int, Query(ge=1, le=1000)] = 20,
+) -> list[str]:
+    """Words come as WordNet writes them in lookup form (lowercase, `_` for
+    spaces), synsets by name; shorter and more common names first."""
+    return rt.taxonomy.complete(prefix, limit=limit)
+
+
+@router.get(
+    "/{name}",
+    response_model=LabelOut,
+    summary="One label: parents, children, ancestors, depth and items under it",
+    responses={
+        404: {"model": ErrorOut, "description": "unknown label, with close matches"},
+        503: {"model": ErrorOut},
+    },
+)
+def get_label(rt: RuntimeDep, name: Annotated[str, Path(max_length=300)]) -> LabelOut:
+    """`name` is a synset (`gym_shoe.n.01`) or a word (`sneaker`: its sense with
+    the most items under it). `items` counts the items whose label is this node
+    or one of its descendants."""
+    node = searching.resolve_label(rt, name, "name", status=404)
+    tax = rt.taxonomy
+    anc = sorted(tax.ancestors(node), key=lambda n: (-tax.depth(n), n))
+    return LabelOut(
+        name=node,
+        parents=tax.parents(node),
+        children=tax.children(node),
+        ancestors=anc,
+        depth=tax.depth(node),
+        items=rt.items_under(node),
+        words=tax.words(node),
+        gloss=(tax.glosses or {}).get(node),
+    )

@@ -1,0 +1,59 @@
+"""Health, readiness, statistics and Prometheus metrics."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from ..deps import RuntimeDep, ServicesDep
+from ..errors import ApiError
+from ..schemas import ErrorOut, HealthOut, StatsOut
+
+router = APIRouter(tags=["ops"])
+
+
+@router.get("/healthz", response_model=HealthOut, summary="200 while the process runs")
+def healthz() -> HealthOut:
+    return HealthOut(status="ok")
+
+
+@router.get(
+    "/readyz",
+    response_model=HealthOut,
+    summary="200 once model and index are loaded, 503 before",
+    responses={503: {"model": ErrorOut, "description": "still loading, or loading failed"}},
+)
+def readyz(services: ServicesDep) -> HealthOut:
+    if services.runtime is None:
+        if services.load_error:
+            raise ApiError(503, f"loading failed: {services.load_error}")
+        raise ApiError(503, "loading the model and the index")
+    return HealthOut(status="ready")
+
+
+@router.get(
+    "/v1/stats",
+    response_model=StatsOut,
+    summary="Size and space of the index, and the model's version",
+    responses={503: {"model": ErrorOut}},
+)
+def stats(rt: RuntimeDep) -> StatsOut:
+    return StatsOut(
+        items=len(rt),
+        dim=rt.dim,
+        curvature=rt.curvature,
+        model=rt.model_version,
+        labels=len(rt.used_labels()),
+        taxonomy=len(rt.taxonomy),
+        backend=rt.index.backend,
+    )
+
+
+@router.get(
+    "/metrics",
+    summary="Prometheus metrics (text format)",
+    response_class=Response,
+    responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text format"}},
+)
+def metrics(services: ServicesDep) -> Response:
+    return Response(generate_latest(services.metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,379 @@
+"""What the service holds while it runs: the model, the labels, the index.
+
+:class:`Runtime` is built once by the app's lifespan (or by a test, around a
+small index) and injected into the routes (:mod:`service.deps`). It adds to
+the index what HTTP needs and the index does not keep in memory: the label of
+every live item (so answers name labels without a store round trip), how many
+items each label holds, and the label prototypes of the labels in use.
+
+Every write of the service goes through :meth:`Runtime.upsert` and
+:meth:`Runtime.delete`, so those tallies always match the index.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from indexing import HyperbolicIndex
+from models.geometry import poincare
+from models.labels import LabelEmbedding
+from models.taxonomy import Taxonomy
+
+log = logging.getLogger("service")
+
+__all__ = ["Runtime", "StartupError", "open_runtime"]
+
+
+class StartupError(Exception):
+    """The service cannot start with these artifacts (one line)."""
+
+
+@dataclass(frozen=True)
+class _LabelView:
+    """Labels in use, and derived lookups, for one version of the tallies."""
+
+    version: int
+    used: tuple[str, ...]  # labels carried by at least one live item, sorted
+    points: torch.Tensor  # (len(used), D) their prototypes
+    anc_or_self: dict[str, frozenset[str]]  # used label -> its ancestors and itself
+
+
+class Runtime:
+    """The loaded model (optional), label embedding, taxonomy and index."""
+
+    def __init__(
+        self,
+        index: HyperbolicIndex,
+        labels: LabelEmbedding,
+        model: Any | None = None,
+        *,
+        image_dir: str | Path | None = None,
+        data_dir: str | Path | None = None,
+        taxonomy: Taxonomy | None = None,
+    ) -> None:
+        if model is not None and getattr(model, "geometry", "poincare") != "poincare":
+            raise StartupError(
+                f"model: a {model.geometry} model cannot be served (the index is a Poincaré ball)"
+            )
+        if index.dim != labels.dim:
+            raise StartupError(
+                f"index: dimension {index.dim} does not match the labels' dimension {labels.dim}"
+            )
+        if model is not None and model.dim != index.dim:
+            raise StartupError(
+                f"index: dimension {index.dim} does not match the model's dimension {model.dim}"
+            )
+        if not np.isclose(index.curvature, labels.curvature):
+            raise StartupError(
+                f"index: curvature {index.curvature:g} does not match the labels' "
+                f"curvature {labels.curvature:g}"
+            )
+        self.index = index
+        self.labels = labels
+        self.model = model
+        if taxonomy is not None and taxonomy != labels.taxonomy:
+            raise StartupError("taxonomy: not the taxonomy the labels were trained on")
+        self.taxonomy: Taxonomy = taxonomy if taxonomy is not None else labels.taxonomy
+        self.curvature = float(labels.curvature)
+        self.dim = int(labels.dim)
+        self.image_dir = Path(image_dir) if image_dir is not None else None
+        self.data_dir = Path(data_dir) if data_dir is not None else None
+        self._protos = labels.embeddings.to(torch.float64)  # (n_nodes, D)
+        self._write_lock = threading.Lock()
+        self._item_label: dict[str, str | None] = {}
+        self._counts: Counter[str] = Counter()
+        self._version = 0
+        self._view: _LabelView | None = None
+        self._view_lock = threading.Lock()
+        self._under_cache: dict[tuple[int, str], int] = {}
+        self._splits: dict[str, np.ndarray | None] = {}
+        self._split_lock = threading.Lock()
+        self._load_tallies()
+
+    # -- tallies --------------------------------------------------------------------
+    def _load_tallies(self) -> None:
+        for item_id in self.index.ids():
+            item = self.index.get(item_id)
+            if item is None:  # deleted meanwhile
+                continue
+            self._item_label[item_id] = item.label
+            if item.label is not None:
+                self._counts[item.label] += 1
+        self._version += 1
+
+    def _tally(self, item_id: str, label: str | None) -> None:
+        """Record that ``item_id`` now has ``label`` (``None`` with ``delete``)."""
+        old = self._item_label.get(item_id)
+        if old is not None:
+            self._counts[old] -= 1
+            if self._counts[old] <= 0:
+                del self._counts[old]
+        self._item_label[item_id] = label
+        if label is not None:
+            self._counts[label] += 1
+
+    @property
+    def model_version(self) -> str | None:
+        if self.model is None:
+            return None
+        return getattr(self.model, "version", None) or "unsaved"
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def label_of(self, item_id: str) -> str | None:
+        return self._item_label.get(item_id)
+
+    def label_counts(self) -> dict[str, int]:
+        return dict(self._counts)
+
+    def _label_view(self) -> _LabelView:
+        view = self._view
+        if view is not None and view.version == self._version:
+            return view
+        with self._view_lock:
+            version = self._version
+            used = tuple(sorted(lab for lab, n in self._counts.items() if n > 0))
+            rows = [self.taxonomy.index(u) for u in used if u in self.taxonomy]
+            used = tuple(u for u in used if u in self.taxonomy)
+            points = self._protos[rows] if rows else self._protos[:0]
+            anc = {u: frozenset(self.taxonomy.ancestors(u)) | {u} for u in used}
+            self._view = _LabelView(version, used, points, anc)
+            self._under_cache = {}
+            return self._view
+
+    def used_labels(self) -> tuple[str, ...]:
+        return self._label_view().used
+
+    def used_under(self, node: str) -> set[str]:
+        """Labels in use that are ``node`` or below it."""
+        view = self._label_view()
+        return {u for u, anc in view.anc_or_self.items() if node in anc}
+
+    def items_under(self, node: str) -> int:
+        """Live items whose label is ``node`` or one of its descendants."""
+        view = self._label_view()
+        key = (view.version, node)
+        got = self._under_cache.get(key)
+        if got is None:
+            got = sum(self._counts.get(u, 0) for u, anc in view.anc_or_self.items() if node in anc)
+            self._under_cache[key] = got
+        return got
+
+    # -- labels ---------------------------------------------------------------------
+    def resolve(self, text: str) -> str:
+        """Node for a synset name or a word: among a word's senses, the one with the
+        most items under it (WordNet's sense order breaks ties). Raises
+        :class:`models.taxonomy.UnknownLabelError`."""
+        return self.taxonomy.resolve(text, prefer=lambda n: float(self.items_under(n)))
+
+    def label_point(self, name: str) -> np.ndarray:
+        """The prototype of a label, float64 (D,)."""
+        return self._protos[self.taxonomy.index(name)].numpy().copy()
+
+    def nearest_used_labels(self, x: np.ndarray) -> list[str]:
+        """For each row of ``x``: the nearest prototype among the labels that
+        indexed items carry (every taxonomy node when the index is empty)."""
+        view = self._label_view()
+        names: Sequence[str] = view.used
+        points = view.points
+        if not names:
+            names, points = self.taxonomy.names, self._protos
+        d = poincare.pairwise_dist(
+            torch.from_numpy(np.asarray(x, dtype=np.float64)), points, c=self.curvature
+        )
+        return [names[j] for j in torch.argmin(d, dim=1).tolist()]
+
+    def nearest_nodes(self, x: np.ndarray, k: int = 5) -> list[tuple[str, float]]:
+        """The ``k`` nearest label prototypes of the whole taxonomy to one point."""
+        q = torch.from_numpy(np.asarray(x, dtype=np.float64).reshape(1, -1))
+        d = poincare.pairwise_dist(q, self._protos, c=self.curvature)[0]
+        k = min(k, len(d))
+        vals, idx = torch.topk(d, k, largest=False)
+        names = self.taxonomy.names
+        return [(names[j], float(v)) for j, v in zip(idx.tolist(), vals.tolist(), strict=True)]
+
+    def distance_to_origin(self, x: np.ndarray) -> np.ndarray:
+        t = torch.from_numpy(np.asarray(x, dtype=np.float64))
+        return poincare.distance_to_origin(t, c=self.curvature).numpy()
+
+    def chain(self, label: str) -> list[str]:
+        """``[label, parent, grandparent, ..., root]``; where a node has several
+        parents, the one with the most items under it (then the shallower one,
+        then the first by name) continues the chain."""
+        out = [label]
+        seen = {label}
+        while True:
+            parents = [p for p in self.taxonomy.parents(out[-1]) if p not in seen]
+            if not parents:
+                return out
+            p = min(parents, key=lambda n: (-self.items_under(n), self.taxonomy.depth(n), n))
+            out.append(p)
+            seen.add(p)
+
+    # -- writes ---------------------------------------------------------------------
+    def upsert(
+        self,
+        ids: Sequence[str],
+        vectors: np.ndarray,
+        labels: Sequence[str | None],
+        payloads: Sequence[Any] | None = None,
+    ) -> None:
+        """Upsert through the index (durable when this returns), then update the
+        tallies. Raises :class:`indexing.IndexInputError` on bad input."""
+        with self._write_lock:
+            self.index.add(vectors, list(ids), labels=list(labels), payloads=payloads)
+            for i, lab in zip(ids, labels, strict=True):
+                self._tally(i, lab)
+            self._version += 1
+
+    def delete(self, ids: Iterable[str]) -> int:
+        ids = list(ids)
+        with self._write_lock:
+            n = self.index.delete(ids)
+            for i in ids:
+                if i in self._item_label:
+                    self._tally(i, None)
+                    del self._item_label[i]
+            self._version += 1
+        return n
+
+    # -- pictures -------------------------------------------------------------------
+    def picture(self, payload: Any) -> np.ndarray | None:
+        """The pixels of an item's picture from its payload, or ``None``.
+
+        ``{"image": {"file": NAME}}``: an uploaded picture under :attr:`image_dir`;
+        ``{"image": {"path": PATH}}``: a file read by a batch build;
+        ``{"image": {"dataset": "fashion-mnist", "split": S, "row": R}}``: a row
+        of the built-in data set under :attr:`data_dir`."""
+        ref = payload.get("image") if isinstance(payload, dict) else None
+        if not isinstance(ref, dict):
+            return None
+        if "file" in ref and self.image_dir is not None:
+            name = str(ref["file"])
+            if not _IMAGE_NAME.match(name):
+                return None
+            return _read_pixels(self.image_dir / name)
+        if "path" in ref:
+            return _read_pixels(Path(str(ref["path"])))
+        if ref.get("dataset") == "fashion-mnist" and self.data_dir is not None:
+            images = self._split_images(str(ref.get("split")))
+            row = ref.get("row")
+            if images is None or not isinstance(row, int) or not 0 <= row < len(images):
+                return None
+            return images[row]
+        return None
+
+    def _split_images(self, split: str) -> np.ndarray | None:
+        with self._split_lock:
+            if split not in self._splits:
+                from models.data import DataError, load_fashion_mnist
+
+                try:
+                    self._splits[split] = load_fashion_mnist(split, self.data_dir).images
+                except DataError:
+                    log.warning("pictures of fashion-mnist %s are not available", split)
+                    self._splits[split] = None
+            return self._splits[split]
+
+    def store_picture(self, pixels: np.ndarray) -> dict:
+        """Keep an uploaded picture (PNG, content-addressed, fsynced); its payload ref."""
+        import hashlib
+
+        from models.checkpoint import atomic_write_bytes
+
+        from .imaging import encode_png
+
+        if self.image_dir is None:
+            raise StartupError("no folder for item pictures is configured")
+        png = encode_png(pixels)
+        name = hashlib.sha256(png).hexdigest() + ".png"
+        path = self.image_dir / name
+        if not path.exists():
+            atomic_write_bytes(path, png)
+        return {"file": name}
+
+    def close(self) -> None:
+        self.index.close()
+
+
+_IMAGE_NAME = re.compile(r"^[0-9a-f]{64}\.png$")
+
+
+def _read_pixels(path: Path) -> np.ndarray | None:
+    from indexing.build import read_picture
+
+    pixels, _ = read_picture(str(path))
+    return pixels
+
+
+def with_words(taxonomy: Taxonomy, wordnet_dir: str | Path | None) -> Taxonomy:
+    """The taxonomy with WordNet's words and glosses (checkpoints keep only the
+    edges), when every node is a WordNet noun synset; else the taxonomy as is."""
+    if (
+        taxonomy.lemmas is not None
+        or wordnet_dir is None
+        or not Path(wordnet_dir, "data.noun").exists()
+    ):
+        return taxonomy
+    try:
+        full = Taxonomy.from_wordnet(wordnet_dir)
+        if not all(n in full for n in taxonomy.names):
+            return taxonomy
+        words = full.induced(taxonomy.names)
+    except Exception:  # noqa: BLE001 - words are a convenience; synset names still work
+        log.warning("could not read WordNet words from %s", wordnet_dir, exc_info=True)
+        return taxonomy
+    return words if words == taxonomy else taxonomy
+
+
+def open_runtime(settings) -> Runtime:
+    """Load the model (or labels) and open (or create) the index of ``settings``."""
+    from models.checkpoint import CheckpointError
+
+    model = None
+    try:
+        if settings.model is not None:
+            from models.image_model import ImageModel
+
+            if not Path(settings.model).is_file():
+                raise StartupError(f"model: no such file {settings.model}")
+            model = ImageModel.load(settings.model)
+            labels = model.labels
+        elif settings.labels is not None:
+            if not Path(settings.labels).is_file():
+                raise StartupError(f"labels: no such file {settings.labels}")
+            labels = LabelEmbedding.load(settings.labels)
+        else:
+            raise StartupError(
+                "give a model (HYPSEARCH_MODEL) or a label checkpoint (HYPSEARCH_LABELS)"
+            )
+    except CheckpointError as e:
+        raise StartupError(str(e)) from None
+    index_path = Path(settings.index)
+    if (index_path / "store.sqlite3").exists():
+        index = HyperbolicIndex.load(index_path)
+    else:
+        index = HyperbolicIndex(dim=labels.dim, curvature=labels.curvature, path=index_path)
+    try:
+        return Runtime(
+            index,
+            labels,
+            model,
+            image_dir=settings.images_folder,
+            data_dir=settings.data_dir,
+            taxonomy=with_words(labels.taxonomy, settings.wordnet_dir),
+        )
+    except BaseException:
+        index.close()
+        raise

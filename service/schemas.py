@@ -1,0 +1,283 @@
+"""Request and response shapes of the REST API (pydantic), with OpenAPI examples."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+Mode = Literal["nearest", "hierarchical"]
+
+MAX_DIM = 4096
+_EXAMPLE_VECTOR = [0.12, -0.05, 0.31, 0.02, -0.44, 0.08, 0.15, -0.21, 0.03, 0.09]
+
+
+# ---------------------------------------------------------------- errors
+
+
+class ErrorOut(BaseModel):
+    detail: str = Field(description="what is wrong, naming the input")
+    errors: list[dict] | None = Field(default=None, description="validation errors: loc and msg")
+    suggestions: list[str] | None = Field(
+        default=None, description="close matches of an unknown label"
+    )
+
+
+# ---------------------------------------------------------------- ops
+
+
+class HealthOut(BaseModel):
+    status: str = Field(examples=["ok"])
+
+
+class StatsOut(BaseModel):
+    items: int = Field(description="live items in the index")
+    dim: int
+    curvature: float
+    model: str | None = Field(description="version id of the image model (null: labels only)")
+    labels: int = Field(description="distinct labels carried by items")
+    taxonomy: int = Field(description="nodes of the loaded taxonomy")
+    backend: str = Field(description="index backend in use (exact or hnsw)")
+
+
+# ---------------------------------------------------------------- search
+
+
+class SearchIn(BaseModel):
+    """Exactly one of ``vector``, ``label``, ``id``."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "oneOf": [{"required": ["vector"]}, {"required": ["label"]}, {"required": ["id"]}],
+            "examples": [
+                {"label": "sneaker", "k": 10, "mode": "hierarchical"},
+                {"id": "fashion-mnist-test-42", "k": 5},
+                {"vector": _EXAMPLE_VECTOR, "k": 10, "offset": 10, "mode": "nearest"},
+            ],
+        },
+    )
+
+    k: int = Field(default=10, ge=1, le=1000, description="results to return")
+    offset: int = Field(
+        default=0, ge=0, le=9999, description="skip this many (offset + k <= 10,000)"
+    )
+    mode: Mode = "nearest"
+    vector: list[Finite] | None = Field(
+        default=None, min_length=1, max_length=MAX_DIM, description="a point of the ball"
+    )
+    label: str | None = Field(
+        default=None, min_length=1, max_length=300, description="a synset name or a word"
+    )
+    id: str | None = Field(default=None, min_length=1, max_length=2000, description="an item id")
+    under: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=300,
+        description="only items whose label is this taxonomy node (synset or word) or below it",
+    )
+    disk: bool = Field(default=False, description="add a 2-D Poincaré-disk layout of the answer")
+
+    @model_validator(mode="after")
+    def _one_query(self) -> SearchIn:
+        given = [f for f in ("vector", "label", "id") if getattr(self, f) is not None]
+        if len(given) != 1:
+            got = "none" if not given else ", ".join(given)
+            raise ValueError(f"give exactly one of vector, label, id (got {got})")
+        if self.offset + self.k > 10_000:
+            raise ValueError(f"offset + k must be at most 10000, got {self.offset + self.k}")
+        return self
+
+
+class QueryOut(BaseModel):
+    label: str | None = Field(
+        description="the label given (resolved), the item's label, or the nearest prototype"
+    )
+    vector: list[float]
+    distance_to_origin: float
+
+
+class HitOut(BaseModel):
+    id: str
+    distance: float = Field(description="geodesic distance to the query")
+    label: str | None
+    level: int | None = Field(description="hierarchical mode: 0 same label, 1 siblings, ...")
+    via: str | None = Field(description="hierarchical mode: the chain label that holds the item")
+
+
+class DiskPoint(BaseModel):
+    kind: Literal["query", "result", "label"]
+    name: str = Field(description="item id, label name, or 'query'")
+    x: float
+    y: float
+    label: str | None = None
+    level: int | None = None
+    parent: str | None = Field(default=None, description="labels: the parent label drawn")
+
+
+class DiskOut(BaseModel):
+    """A 2-D layout of the query, the results and the label prototypes around them:
+    hyperbolic distance to the origin kept (scaled into the unit disk), directions
+    projected onto their two principal axes."""
+
+    scale: float = Field(description="display radius = tanh(scale * d(0, x) / 2)")
+    points: list[DiskPoint]
+
+
+class SearchOut(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "query": {
+                        "label": "gym_shoe.n.01",
+                        "vector": _EXAMPLE_VECTOR,
+                        "distance_to_origin": 4.2,
+                    },
+                    "results": [
+                        {
+                            "id": "fashion-mnist-test-9",
+                            "distance": 0.31,
+                            "label": "gym_shoe.n.01",
+                            "level": 0,
+                            "via": "gym_shoe.n.01",
+                        },
+                        {
+                            "id": "fashion-mnist-test-12",
+                            "distance": 1.72,
+                            "label": "sandal.n.01",
+                            "level": 1,
+                            "via": "shoe.n.01",
+                        },
+                    ],
+                }
+            ]
+        }
+    )
+
+    query: QueryOut
+    results: list[HitOut]
+    disk: DiskOut | None = None
+
+
+class LabelDistance(BaseModel):
+    label: str
+    distance: float
+
+
+class EmbedOut(BaseModel):
+    vector: list[float]
+    distance_to_origin: float
+    labels: list[LabelDistance] = Field(description="the 5 nearest nodes of the whole taxonomy")
+
+
+# ---------------------------------------------------------------- labels
+
+
+class LabelOut(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "name": "gym_shoe.n.01",
+                    "parents": ["shoe.n.01"],
+                    "children": [],
+                    "ancestors": ["shoe.n.01", "footwear.n.02", "entity.n.01"],
+                    "depth": 9,
+                    "items": 1000,
+                    "words": ["gym_shoe", "sneaker", "tennis_shoe"],
+                }
+            ]
+        }
+    )
+
+    name: str
+    parents: list[str]
+    children: list[str]
+    ancestors: list[str]
+    depth: int
+    items: int = Field(description="indexed items whose label is this node or below it")
+    words: list[str] = Field(default_factory=list)
+    gloss: str | None = None
+
+
+# ---------------------------------------------------------------- items
+
+
+class ItemIn(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"vector": _EXAMPLE_VECTOR, "label": "sneaker"}]},
+    )
+
+    vector: list[Finite] = Field(
+        min_length=1, max_length=MAX_DIM, description="a point of the ball"
+    )
+    label: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=300,
+        description="synset or word; default: the nearest prototype among labels in use",
+    )
+
+
+class ItemOut(BaseModel):
+    id: str
+    label: str | None
+    vector: list[float]
+    distance_to_origin: float
+    label_source: Literal["given", "predicted"] | None = Field(
+        default=None, description="whether the label was given or predicted (nearest prototype)"
+    )
+    image: str | None = Field(
+        default=None, description="URL of the item's picture, when it has one"
+    )
+
+
+class DeletedOut(BaseModel):
+    id: str
+    deleted: bool
+
+
+# ---------------------------------------------------------------- jobs
+
+
+class JobIn(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"path": "/data/shoes"}, {"path": "/data/catalog.csv"}]},
+    )
+
+    path: str = Field(
+        min_length=1,
+        max_length=4096,
+        description="a folder DIR/<class>/<images> or a CSV manifest id,path[,label] "
+        "under a data root",
+    )
+    class_map: dict[str, str] | None = Field(
+        default=None, description="class name -> taxonomy node (default: the name resolves itself)"
+    )
+
+
+class SkippedOut(BaseModel):
+    source: str
+    reason: str
+
+
+class JobOut(BaseModel):
+    id: str
+    state: Literal["queued", "running", "succeeded", "failed", "cancelled"]
+    path: str
+    total: int | None = Field(description="images found (null while scanning)")
+    done: int = Field(description="images read so far (embedded or skipped)")
+    indexed: int = Field(description="items written (visible once the job succeeds)")
+    skipped: int
+    progress: float = Field(description="done / total, 0..1")
+    images_per_second: float | None
+    skipped_reasons: dict[str, int]
+    skipped_examples: list[SkippedOut] = Field(description="the first skipped sources")
+    error: str | None
+    created_at: float
+    started_at: float | None
+    finished_at: float | None

@@ -1,0 +1,156 @@
+"""Search requests -> index calls -> answers (no geometry and no index logic here).
+
+* The query point: a label's prototype, an item's stored vector, a given
+  vector, or an image's embedding.
+* ``query.label``: the label given (a word resolves to the sense with the most
+  items under it), the item's label, or -- for a vector or an image -- the
+  nearest prototype among the labels that indexed items carry.
+* ``nearest``: the index's k-NN; ``offset`` pages through one ranking.
+* ``hierarchical``: the chain ``label, parent, ..., root`` of ``query.label``
+  (:meth:`service.runtime.Runtime.chain`) handed to
+  :meth:`indexing.HyperbolicIndex.search_hierarchical`. Items are held by their
+  own label (the index has no cones installed), so level 0 is the query label's
+  subtree, level 1 what its parent adds (siblings), and so on; see the README
+  for why label membership rather than cone membership of the prototypes.
+* A search by item id leaves that item out of its own answer.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from models.taxonomy import UnknownLabelError
+
+from .errors import ApiError, bad_input, not_found, unknown_label
+from .runtime import Runtime
+
+_OUTSIDE = "\x00"  # prefix of chain labels outside an `under` filter (never an item label)
+
+
+@dataclass
+class Hit:
+    id: str
+    distance: float
+    label: str | None
+    level: int | None
+    via: str | None
+
+
+@dataclass
+class Answer:
+    query_label: str | None
+    query_vector: np.ndarray
+    query_radius: float
+    hits: list[Hit]
+    chain: list[str] | None
+
+
+def check_vector(rt: Runtime, vector, field: str = "vector") -> np.ndarray:
+    """A list of numbers -> a float64 point of the index's ball, or a 422 naming ``field``."""
+    x = np.asarray(vector, dtype=np.float64)
+    if x.ndim != 1 or len(x) != rt.dim:
+        raise bad_input(f"{field}: expected {rt.dim} numbers (the index's dimension), got {x.size}")
+    if not np.isfinite(x).all():
+        raise bad_input(f"{field}: contains NaN or infinite values")
+    sq = float(np.dot(x, x))
+    if not rt.curvature * sq < 1.0:
+        bound = 1.0 / math.sqrt(rt.curvature)
+        raise bad_input(
+            f"{field}: norm {math.sqrt(sq):.6g} is outside the ball of curvature "
+            f"{rt.curvature:g} (must be below {bound:.6g})"
+        )
+    return x
+
+
+def resolve_label(rt: Runtime, text: str, field: str = "label", status: int = 422) -> str:
+    """Synset or word -> node; unknown: ``status`` (422 in a body, 404 in a path),
+    with suggestions."""
+    try:
+        return rt.resolve(text)
+    except UnknownLabelError as e:
+        raise unknown_label(field, e, status) from None
+
+
+def query_of(
+    rt: Runtime, *, vector=None, label: str | None = None, item_id: str | None = None
+) -> tuple[np.ndarray, str | None, str | None]:
+    """``(point, query label, id to leave out)`` of exactly one of the three."""
+    if label is not None:
+        name = resolve_label(rt, label)
+        return rt.label_point(name), name, None
+    if item_id is not None:
+        item = rt.index.get(item_id)
+        if item is None:
+            raise not_found(f"id: no item {item_id!r}")
+        x = np.asarray(item.vector, dtype=np.float64)
+        lab = item.label if item.label is not None and item.label in rt.taxonomy else None
+        return x, lab or rt.nearest_used_labels(x[None])[0], item_id
+    if vector is not None:
+        x = check_vector(rt, vector)
+        return x, rt.nearest_used_labels(x[None])[0], None
+    raise bad_input("give exactly one of vector, label, id")
+
+
+def search(
+    rt: Runtime,
+    x: np.ndarray,
+    query_label: str | None,
+    *,
+    k: int,
+    offset: int = 0,
+    mode: str = "nearest",
+    under: str | None = None,
+    exclude: str | None = None,
+) -> Answer:
+    """Run one search of the point ``x``; see the module docstring."""
+    allowed: set[str] | None = None
+    if under is not None:
+        allowed = rt.used_under(resolve_label(rt, under, "under"))
+    want = offset + k + (1 if exclude is not None else 0)
+    start = 0  # rank of the first hit fetched
+    hits: list[Hit] = []
+    chain = None
+    if mode == "nearest":
+        if allowed is None or allowed:
+            ids, dists = rt.index.search(x, k=want, under=allowed)
+            for i, d in zip(ids[0].tolist(), dists[0].tolist(), strict=True):
+                hits.append(Hit(i, float(d), rt.label_of(i), None, None))
+    elif mode == "hierarchical":
+        if query_label is None:  # pragma: no cover - every query has a label
+            raise bad_input("mode: hierarchical search needs a query label")
+        chain = rt.chain(query_label)
+        names: list[str] = chain
+        if allowed is None:
+
+            def descendants(lab: str) -> set[str]:
+                return rt.used_under(lab)
+
+        else:
+            names = [c if c in allowed else _OUTSIDE + c for c in chain]
+
+            def descendants(lab: str) -> set[str]:
+                return rt.used_under(lab.removeprefix(_OUTSIDE)) & allowed
+
+        start = offset if exclude is None else 0
+        got = rt.index.search_hierarchical(x, names, descendants, k=want - start, offset=start)
+        for h in got:
+            via = h.via.removeprefix(_OUTSIDE)
+            hits.append(Hit(h.id, float(h.distance), rt.label_of(h.id), int(h.level), via))
+    else:
+        raise bad_input(f"mode: must be nearest or hierarchical, got {mode!r}")
+    if exclude is not None:
+        hits = [h for h in hits if h.id != exclude]
+    hits = hits[offset - start : offset - start + k]
+    return Answer(query_label, x, float(rt.distance_to_origin(x)), hits, chain)
+
+
+def check_window(k: int, offset: int, settings) -> None:
+    if not 1 <= k <= settings.max_k:
+        raise ApiError(422, f"k: must be from 1 to {settings.max_k}, got {k}")
+    if offset < 0:
+        raise ApiError(422, f"offset: must be at least 0, got {offset}")
+    if offset + k > settings.max_window:
+        raise ApiError(422, f"offset + k must be at most {settings.max_window}, got {offset + k}")
