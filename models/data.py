@@ -1,17 +1,26 @@
-"""Image data sets: Fashion-MNIST from its IDX files, with its WordNet class map.
+"""Image data sets, preprocessing and training views.
 
-The IDX reader takes the files gzip-compressed or not. Item ids follow the
-contract: ``fashion-mnist-<split>-<row>``.
+* Fashion-MNIST from its IDX files (gzip-compressed or not), with its WordNet
+  class map; item ids ``fashion-mnist-<split>-<row>``.
+* A user's images: a folder ``DIR/<class name>/<image files>`` (ids: paths
+  relative to ``DIR``) or a CSV manifest ``id,path[,label]`` (ids: the ``id``
+  column), each class mapped to a taxonomy node.
+* :class:`Preprocess`: the one path from decoded images of any size to model
+  inputs, used by training, evaluation and serving.
+* Training views written in torch on batches: random resized crop, flip,
+  colour jitter, Gaussian blur (:class:`Augment`).
 """
 
 from __future__ import annotations
 
 import gzip
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 
 DEFAULT_FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
 
@@ -104,3 +113,449 @@ def load_fashion_mnist(
         raise DataError(f"{folder}: {split} labels outside 0..9")
     ids = [f"fashion-mnist-{split}-{i}" for i in range(len(images))]
     return ImageSet(images, targets, FASHION_MNIST_CLASSES, ids)
+
+
+# ---------------------------------------------------------------- a user's images
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
+
+
+def read_image(path: str | os.PathLike) -> np.ndarray:
+    """Decode one image file with Pillow: uint8 (h, w) for grayscale, (h, w, 3) otherwise."""
+    path = Path(path)
+    try:
+        from PIL import Image, UnidentifiedImageError
+    except ImportError:  # pragma: no cover - Pillow is a dependency of image loading only
+        raise DataError(f"{path}: reading images needs Pillow (pip install pillow)") from None
+    try:
+        with Image.open(path) as im:
+            im.load()
+            mode = "L" if im.mode in ("1", "L", "I", "I;16", "F") else "RGB"
+            return np.asarray(im.convert(mode), dtype=np.uint8).copy()
+    except FileNotFoundError:
+        raise DataError(f"{path}: no such image file") from None
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
+        raise DataError(f"{path}: unreadable image ({type(e).__name__}: {e})") from None
+
+
+def _stack(images: list[np.ndarray]) -> np.ndarray | list[np.ndarray]:
+    """One array when every image has the same shape, else the list (resized later)."""
+    if images and all(im.shape == images[0].shape for im in images):
+        return np.stack(images)
+    return images
+
+
+def _map_class(name: str, class_map: dict[str, str] | None, taxonomy, where: str) -> str:
+    """Class name -> taxonomy node: through ``class_map``, else the name itself (or a word of the taxonomy)."""
+    if class_map is not None:
+        if name not in class_map:
+            raise DataError(f"{where}: class {name!r} has no entry in the class map")
+        node = class_map[name]
+    else:
+        node = name
+    if taxonomy is not None and node not in taxonomy:
+        try:
+            node = taxonomy.resolve(node)
+        except Exception:
+            raise DataError(f"{where}: class {name!r} maps to {node!r}, which is not in the taxonomy") from None
+    return node
+
+
+def load_folder(
+    folder: str | os.PathLike,
+    class_map: dict[str, str] | None = None,
+    taxonomy=None,
+) -> ImageSet:
+    """Images of ``DIR/<class name>/<image files>``; ids are paths relative to ``DIR``.
+
+    ``class_map`` maps the folder names to taxonomy nodes (default: the folder
+    name is the node, or a word that ``taxonomy.resolve`` knows). A missing
+    folder, an unreadable image or an unmapped class raises :class:`DataError`
+    naming it. Classes are sorted by name; files in a class by name.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise DataError(f"{folder}: no such folder")
+    class_dirs = sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+    if not class_dirs:
+        raise DataError(f"{folder}: no class folders (expected DIR/<class name>/<images>)")
+    classes, images, targets, ids = [], [], [], []
+    for d in class_dirs:
+        node = _map_class(d.name, class_map, taxonomy, str(d))
+        files = sorted(
+            p for p in d.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES
+        )
+        if not files:
+            raise DataError(f"{d}: no image files")
+        t = len(classes)
+        classes.append((d.name, node))
+        for f in files:
+            images.append(read_image(f))
+            targets.append(t)
+            ids.append(f.relative_to(folder).as_posix())
+    return ImageSet(_stack(images), np.asarray(targets, dtype=np.int64), tuple(classes), ids)
+
+
+def load_manifest(
+    path: str | os.PathLike,
+    class_map: dict[str, str] | None = None,
+    taxonomy=None,
+) -> ImageSet:
+    """Images listed by a CSV manifest with header ``id,path[,label]``.
+
+    Paths are relative to the manifest's folder (or absolute); ``label`` is a
+    class name mapped through ``class_map`` (default: a taxonomy node or word).
+    Rows without a label get target -1 (unlabelled, for self-supervised
+    objectives). Ids are the ``id`` column and must be unique.
+    """
+    import csv
+
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: no such manifest file")
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            rows = list(csv.reader(f))
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise DataError(f"{path}: unreadable manifest ({e})") from None
+    if not rows:
+        raise DataError(f"{path}: empty manifest (expected a header id,path[,label])")
+    header = [h.strip().lower() for h in rows[0]]
+    if header[:2] != ["id", "path"] or len(header) > 3 or (len(header) == 3 and header[2] != "label"):
+        raise DataError(f"{path}: header must be id,path[,label], got {','.join(rows[0])}")
+    classes: list[tuple[str, str]] = []
+    index: dict[str, int] = {}
+    images, targets, ids, seen = [], [], [], set()
+    for line, row in enumerate(rows[1:], start=2):
+        if not row or all(not c.strip() for c in row):
+            continue
+        if len(row) < 2 or len(row) > len(header):
+            raise DataError(f"{path}:{line}: expected {len(header)} columns, got {len(row)}")
+        item_id, rel = row[0].strip(), row[1].strip()
+        if not item_id:
+            raise DataError(f"{path}:{line}: empty id")
+        if item_id in seen:
+            raise DataError(f"{path}:{line}: duplicate id {item_id!r}")
+        seen.add(item_id)
+        label = row[2].strip() if len(row) > 2 else ""
+        target = -1
+        if label:
+            if label not in index:
+                node = _map_class(label, class_map, taxonomy, f"{path}:{line}")
+                index[label] = len(classes)
+                classes.append((label, node))
+            target = index[label]
+        img_path = Path(rel) if Path(rel).is_absolute() else path.parent / rel
+        images.append(read_image(img_path))
+        targets.append(target)
+        ids.append(item_id)
+    if not images:
+        raise DataError(f"{path}: the manifest lists no images")
+    return ImageSet(_stack(images), np.asarray(targets, dtype=np.int64), tuple(classes), ids)
+
+
+def load_dataset(
+    dataset: str | None = None,
+    *,
+    split: str = "train",
+    data_dir: str | os.PathLike = DEFAULT_FASHION_MNIST_DIR,
+    images: str | os.PathLike | None = None,
+    class_map: dict[str, str] | None = None,
+    taxonomy=None,
+) -> ImageSet:
+    """``fashion-mnist`` (with ``split``) or a folder / CSV manifest given as ``images``."""
+    if dataset is not None and images is not None:
+        raise DataError("give either a dataset or an images folder/manifest, not both")
+    if images is not None:
+        p = Path(images)
+        if p.suffix.lower() == ".csv":
+            return load_manifest(p, class_map, taxonomy)
+        return load_folder(p, class_map, taxonomy)
+    if dataset in (None, "fashion-mnist"):
+        return load_fashion_mnist(split, data_dir)
+    raise DataError(f"dataset {dataset!r}: unknown (built in: fashion-mnist)")
+
+
+def read_class_map(path: str | os.PathLike) -> dict[str, str]:
+    """A class map file: ``class<TAB>node`` (or ``class,node``) per line; ``#`` comments."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise DataError(f"{path}: no such class map file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise DataError(f"{path}: unreadable class map ({e})") from None
+    out: dict[str, str] = {}
+    for line, raw in enumerate(text.splitlines(), start=1):
+        s = raw.strip()
+        if not s or s.startswith("#"):
+            continue
+        parts = s.split("\t") if "\t" in s else s.split(",")
+        if len(parts) != 2 or not parts[0].strip() or not parts[1].strip():
+            raise DataError(f"{path}:{line}: expected class<TAB>node")
+        out[parts[0].strip()] = parts[1].strip()
+    if not out:
+        raise DataError(f"{path}: empty class map")
+    return out
+
+
+def split_indices(
+    targets: np.ndarray, val_fraction: float, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """Deterministic stratified split: (train indices, validation indices), both sorted."""
+    targets = np.asarray(targets)
+    rng = np.random.default_rng(seed)
+    val = []
+    for t in np.unique(targets):
+        idx = np.flatnonzero(targets == t)
+        k = int(round(len(idx) * val_fraction))
+        val.append(rng.permutation(idx)[:k])
+    val = np.sort(np.concatenate(val)) if val else np.zeros(0, dtype=np.int64)
+    train = np.setdiff1d(np.arange(len(targets)), val)
+    return train, val
+
+
+# ---------------------------------------------------------------- preprocessing
+
+
+@dataclass
+class Preprocess:
+    """The single preprocessing path of training, evaluation and serving.
+
+    Images (uint8 arrays (n, h, w) or (n, h, w, 3|4), a list of such images
+    of any sizes, or float pixels in [0, 1]) become a float32 tensor
+    (n, channels, size, size): channels converted (RGB -> luminance for a
+    1-channel model, gray repeated for a 3-channel one, alpha dropped),
+    resized (bilinear, antialiased), normalised by ``mean``/``std``.
+    ``background="dark"`` (Fashion-MNIST: light objects on black) inverts
+    images whose border is mostly light, such as product photos on white.
+    """
+
+    size: int = 28
+    channels: int = 1
+    mean: tuple[float, ...] = (0.2860,)
+    std: tuple[float, ...] = (0.3530,)
+    background: str = "any"  # "dark": invert images with a light border
+
+    def to_dict(self) -> dict:
+        return {
+            "size": self.size,
+            "channels": self.channels,
+            "mean": list(self.mean),
+            "std": list(self.std),
+            "background": self.background,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Preprocess:
+        return cls(
+            size=int(d["size"]),
+            channels=int(d["channels"]),
+            mean=tuple(float(v) for v in d["mean"]),
+            std=tuple(float(v) for v in d["std"]),
+            background=str(d.get("background", "any")),
+        )
+
+    def pixels(self, images) -> torch.Tensor:
+        """Images -> float32 (n, channels, size, size) in [0, 1], not normalised."""
+        if isinstance(images, (list, tuple)):
+            if not images:
+                return torch.zeros(0, self.channels, self.size, self.size)
+            return torch.cat([self.pixels(_one(im)) for im in images])
+        x = to_float(images)  # (n, C, h, w)
+        x = convert_channels(x, self.channels)
+        if self.background == "dark":
+            x = invert_light_background(x)
+        if x.shape[-2:] != (self.size, self.size):
+            x = resize(x, self.size)
+        return x.clamp(0, 1)
+
+    def __call__(self, images) -> torch.Tensor:
+        return normalize(self.pixels(images), self.mean, self.std)
+
+
+def _one(im) -> np.ndarray | torch.Tensor:
+    """One image -> a batch of one."""
+    a = im if torch.is_tensor(im) else np.asarray(im)
+    return a[None]
+
+
+def to_float(images) -> torch.Tensor:
+    """uint8 or float images, (n, h, w), (n, h, w, C) or (n, C, h, w) -> float32 (n, C, h, w) in [0, 1]."""
+    if not torch.is_tensor(images):
+        a = np.asarray(images)
+        if a.dtype == object:
+            raise DataError("images of different sizes must be given as a list")
+        images = torch.from_numpy(np.array(a, copy=not a.flags.writeable or not a.flags.c_contiguous))
+    x = images
+    if x.dim() == 2:
+        x = x[None]
+    if x.dim() == 3:
+        x = x[:, None]  # (n, 1, h, w)
+    elif x.dim() == 4:
+        if x.shape[-1] in (1, 3, 4):
+            x = x.permute(0, 3, 1, 2)  # channels last (decoded images) -> first
+        elif x.shape[1] not in (1, 3, 4):
+            raise DataError(f"images (n, h, w, C) need 1, 3 or 4 channels, got shape {tuple(x.shape)}")
+    else:
+        raise DataError(f"images must be (n, h, w) or (n, h, w, C), got shape {tuple(x.shape)}")
+    if x.dtype == torch.uint8:
+        x = x.to(torch.float32) / 255.0
+    elif x.is_floating_point():
+        x = x.to(torch.float32)
+    else:
+        raise DataError(f"images must be uint8 or float, got {x.dtype}")
+    if not torch.isfinite(x).all():
+        raise DataError("images contain NaN or infinite values")
+    return x
+
+
+def convert_channels(x: torch.Tensor, channels: int) -> torch.Tensor:
+    """(n, C, h, w) -> (n, channels, h, w): drop alpha, RGB -> luminance, or gray -> RGB."""
+    if x.shape[1] == 4:
+        x = x[:, :3]
+    if x.shape[1] == channels:
+        return x
+    if channels == 1 and x.shape[1] == 3:
+        w = torch.tensor([0.299, 0.587, 0.114], dtype=x.dtype).view(1, 3, 1, 1)
+        return (x * w).sum(1, keepdim=True)
+    if channels == 3 and x.shape[1] == 1:
+        return x.expand(-1, 3, -1, -1)
+    raise DataError(f"cannot convert {x.shape[1]}-channel images to {channels} channels")
+
+
+def invert_light_background(x: torch.Tensor, threshold: float = 0.5) -> torch.Tensor:
+    """Invert the images whose one-pixel border is brighter than ``threshold`` on average."""
+    border = torch.cat(
+        [x[..., 0, :], x[..., -1, :], x[..., :, 0], x[..., :, -1]], dim=-1
+    ).mean(dim=(1, 2))  # (n,)
+    light = (border > threshold).view(-1, 1, 1, 1)
+    return torch.where(light, 1 - x, x)
+
+
+def resize(x: torch.Tensor, size: int) -> torch.Tensor:
+    """Resize (n, C, h, w) to (n, C, size, size), bilinear, antialiased when shrinking."""
+    return torch.nn.functional.interpolate(
+        x, size=(size, size), mode="bilinear", align_corners=False, antialias=True
+    )
+
+
+def normalize(x: torch.Tensor, mean, std) -> torch.Tensor:
+    m = torch.as_tensor(mean, dtype=x.dtype).view(1, -1, 1, 1)
+    s = torch.as_tensor(std, dtype=x.dtype).view(1, -1, 1, 1)
+    return (x - m) / s
+
+
+# ---------------------------------------------------------------- training views
+
+
+def random_resized_crop(
+    x: torch.Tensor,
+    size: int,
+    scale: tuple[float, float] = (0.08, 1.0),
+    ratio: tuple[float, float] = (3 / 4, 4 / 3),
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """A random crop of each image (area fraction in ``scale``, aspect in ``ratio``) resized to ``size``.
+
+    Batched through an affine sampling grid (bilinear, zero padding never
+    used: crops stay inside the image).
+    """
+    n = x.shape[0]
+    area = torch.empty(n).uniform_(scale[0], scale[1], generator=generator)
+    logr = torch.empty(n).uniform_(math.log(ratio[0]), math.log(ratio[1]), generator=generator)
+    r = torch.exp(logr)
+    w = torch.sqrt(area * r).clamp(max=1.0)  # crop width as a fraction of the image
+    h = torch.sqrt(area / r).clamp(max=1.0)
+    cx = (torch.rand(n, generator=generator) * 2 - 1) * (1 - w)  # centre in [-1, 1] coordinates
+    cy = (torch.rand(n, generator=generator) * 2 - 1) * (1 - h)
+    theta = torch.zeros(n, 2, 3)
+    theta[:, 0, 0], theta[:, 0, 2] = w, cx
+    theta[:, 1, 1], theta[:, 1, 2] = h, cy
+    grid = torch.nn.functional.affine_grid(theta, (n, x.shape[1], size, size), align_corners=False)
+    return torch.nn.functional.grid_sample(x, grid, mode="bilinear", padding_mode="border", align_corners=False)
+
+
+def random_flip(x: torch.Tensor, p: float = 0.5, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Horizontal flip of each image with probability ``p``."""
+    flip = (torch.rand(x.shape[0], generator=generator) < p).view(-1, 1, 1, 1)
+    return torch.where(flip, x.flip(-1), x)
+
+
+def color_jitter(
+    x: torch.Tensor,
+    brightness: float = 0.4,
+    contrast: float = 0.4,
+    saturation: float = 0.4,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Random brightness, contrast and (3 channels) saturation factors in [1 - s, 1 + s]; pixels in [0, 1]."""
+    n = x.shape[0]
+
+    def factor(s):
+        return torch.empty(n, 1, 1, 1).uniform_(max(0.0, 1 - s), 1 + s, generator=generator)
+
+    x = x * factor(brightness)
+    gray = x.mean(dim=1, keepdim=True) if x.shape[1] == 1 else convert_channels(x, 1)
+    x = (x - gray.mean(dim=(2, 3), keepdim=True)) * factor(contrast) + gray.mean(dim=(2, 3), keepdim=True)
+    if x.shape[1] == 3 and saturation > 0:
+        g = convert_channels(x, 1)
+        x = (x - g) * factor(saturation) + g
+    return x.clamp(0, 1)
+
+
+def gaussian_blur(
+    x: torch.Tensor,
+    sigma: tuple[float, float] = (0.1, 2.0),
+    p: float = 0.5,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Gaussian blur with a random sigma per image, applied with probability ``p`` (separable, reflect pad)."""
+    n, ch, h, w = x.shape
+    s = torch.empty(n).uniform_(sigma[0], sigma[1], generator=generator)
+    apply = torch.rand(n, generator=generator) < p
+    k = max(1, int(math.ceil(3 * sigma[1])))
+    k = min(k, (min(h, w) - 1) // 2) if min(h, w) > 2 else 0
+    if k == 0:
+        return x
+    t = torch.arange(-k, k + 1, dtype=x.dtype)
+    kern = torch.exp(-(t[None] ** 2) / (2 * s[:, None] ** 2))
+    kern = kern / kern.sum(1, keepdim=True)  # (n, 2k+1)
+    # one depthwise convolution per image and channel: fold n into channels
+    y = x.reshape(1, n * ch, h, w)
+    kk = kern.repeat_interleave(ch, 0)  # (n*ch, 2k+1)
+    y = torch.nn.functional.pad(y, (k, k, 0, 0), mode="reflect")
+    y = torch.nn.functional.conv2d(y, kk.view(n * ch, 1, 1, -1), groups=n * ch)
+    y = torch.nn.functional.pad(y, (0, 0, k, k), mode="reflect")
+    y = torch.nn.functional.conv2d(y, kk.view(n * ch, 1, -1, 1), groups=n * ch)
+    y = y.reshape(n, ch, h, w)
+    return torch.where(apply.view(-1, 1, 1, 1), y, x)
+
+
+@dataclass
+class Augment:
+    """A training view: pixels in [0, 1] (n, C, S, S) -> augmented pixels, same shape.
+
+    ``strength`` "light" (supervised default: mild crops and flips), "strong"
+    (SimCLR-style views: wide crops, jitter, blur) or "none".
+    """
+
+    strength: str = "light"
+    flip: bool = True
+
+    def __call__(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        if self.strength == "none":
+            return x
+        size = x.shape[-1]
+        if self.strength == "light":
+            x = random_resized_crop(x, size, scale=(0.7, 1.0), ratio=(0.85, 1.18), generator=generator)
+            if self.flip:
+                x = random_flip(x, generator=generator)
+            return x
+        if self.strength == "strong":
+            x = random_resized_crop(x, size, scale=(0.3, 1.0), generator=generator)
+            if self.flip:
+                x = random_flip(x, generator=generator)
+            x = color_jitter(x, 0.4, 0.4, 0.4, generator=generator)
+            return gaussian_blur(x, (0.1, 1.0 + size / 64), p=0.5, generator=generator)
+        raise ValueError(f"unknown augmentation strength {self.strength!r} (none, light, strong)")

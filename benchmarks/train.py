@@ -1,0 +1,190 @@
+"""Benchmark of image training: the default configuration, its Euclidean twin and a zero-shot run.
+
+Runs the real commands (so the times are those a user sees)::
+
+    hypsearch train --dataset fashion-mnist --labels LABELS --out MODEL                       # default
+    hypsearch train --dataset fashion-mnist --labels LABELS --out TWIN --geometry euclidean   # twin
+    hypsearch train --dataset fashion-mnist --labels LABELS --out ZSL --holdout sandal.n.01,shirt.n.01
+    hypsearch eval --model M --dataset fashion-mnist --split test --json                      # each
+
+then prints a markdown table; ``--write-readme`` puts it into README.md between
+``<!-- train-bench:start -->`` and ``<!-- train-bench:end -->`` (appending the
+markers at the end when absent). LABELS defaults to
+``$HYPSEARCH_HOME/labels.safetensors`` (trained on the default WordNet
+taxonomy with the default label configuration when missing).
+
+    python benchmarks/train.py [--threads N] [--write-readme] [--reuse]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+HOLDOUT = "sandal.n.01,shirt.n.01"
+START, END = "<!-- train-bench:start -->", "<!-- train-bench:end -->"
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def _hypsearch() -> list[str]:
+    return [sys.executable, "-m", "service.cli"]
+
+
+def _run(cmd: list[str], env: dict) -> tuple[dict, float]:
+    print("$ " + " ".join(cmd[3:] if cmd[:3] == _hypsearch() else cmd), file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
+    wall = time.perf_counter() - t0
+    if p.returncode != 0:
+        raise SystemExit(f"command failed ({p.returncode}): {' '.join(cmd)}")
+    return json.loads(p.stdout), wall
+
+
+def _labels(path: Path, env: dict) -> Path:
+    if path.exists():
+        return path
+    from models.defaults import default_taxonomy
+
+    tax_path = path.with_name("taxonomy.tsv")
+    if not tax_path.exists():
+        default_taxonomy().to_tsv(tax_path)
+    _run([*_hypsearch(), "labels", "train", "--taxonomy", str(tax_path), "--out", str(path), "--json"], env)
+    return path
+
+
+def _f(v, digits=3) -> str:
+    return "–" if v is None else f"{v:.{digits}f}"
+
+
+def table(res: dict) -> str:
+    h, e, z = res["hyperbolic"]["eval"], res["euclidean"]["eval"], res["zero_shot"]["eval"]
+    ht, et, zt = res["hyperbolic"]["train"], res["euclidean"]["train"], res["zero_shot"]["train"]
+    rows = [
+        ("Recall@1", h["recall@1"], e["recall@1"], "≥ 0.92"),
+        ("Recall@5", h["recall@5"], e["recall@5"], ""),
+        ("Recall@10", h["recall@10"], e["recall@10"], ""),
+        ("mAP@R", h["map@r"], e["map@r"], "≥ 0.85"),
+        ("hop mAP@50, 0 hops (class)", h["hop_map@50"]["0"], e["hop_map@50"]["0"], "≥ twin"),
+        ("hop mAP@50, 2 hops (siblings)", h["hop_map@50"]["2"], e["hop_map@50"]["2"], "≥ 0.95, ≥ twin"),
+        ("hop mAP@50, 4 hops (cousins)", h["hop_map@50"]["4"], e["hop_map@50"]["4"], "≥ twin"),
+        ("hierarchical Hit@1 (all nodes)", h["hier_hit@1"], e["hier_hit@1"], "≥ twin"),
+        ("hierarchical Hit@5 (all nodes)", h["hier_hit@5"], e["hier_hit@5"], "≥ twin"),
+        ("nearest-label accuracy (all nodes)", h["nearest_label_acc"], e["nearest_label_acc"], "≥ twin"),
+        ("OOD AUROC, distance to origin", h["ood"].get("auroc_radius"), e["ood"].get("auroc_radius"), "reported"),
+        ("OOD AUROC, max softmax prob.", h["ood"].get("auroc_msp"), e["ood"].get("auroc_msp"), "reported"),
+        ("δ_rel of encoder features", h["features_delta"]["delta_rel"], e["features_delta"]["delta_rel"], "reported"),
+        ("curvature suggested by δ_rel", h["features_delta"]["suggested_curvature"],
+         e["features_delta"]["suggested_curvature"], "reported"),
+        ("training time (s)", ht["wall_seconds"], et["wall_seconds"], "≤ 600"),
+        ("epochs", ht["epochs"], et["epochs"], ""),
+    ]
+    when = dt.datetime.now().strftime("%Y-%m-%d")
+    head = (
+        f"#### Image training benchmark ({when}; {os.cpu_count()} CPUs, {_cpu_model()}, "
+        f"torch threads {res['threads']})\n\n"
+        f"`hypsearch train --dataset fashion-mnist --labels LABELS --out MODEL` (defaults, Conv-4, "
+        f"dim {h['dim']}, c = {h['curvature']:g}) and its Euclidean twin (`--geometry euclidean`: same "
+        f"encoder, loss and budget; prototypes are the label points' tangent vectors at the head's "
+        f"base point), each evaluated with `hypsearch eval --json` on the 10,000 test images.\n\n"
+    )
+    lines = ["| metric | hyperbolic (default) | Euclidean twin | target |", "| --- | --- | --- | --- |"]
+    for name, a, b, target in rows:
+        digits = 0 if "time" in name or name == "epochs" else 3
+        lines.append(f"| {name} | {_f(a, digits)} | {_f(b, digits)} | {target} |")
+    zs = z["zero_shot"]
+    lines += [
+        "",
+        f"Zero-shot (`--holdout {HOLDOUT}`: one footwear and one clothing class never seen in "
+        f"training; {zt['wall_seconds']:.0f} s). Hierarchical Hit@1: the nearest taxonomy node among "
+        "all but the trained classes is the class or its parent (target ≥ 0.6); 'all nodes' also "
+        "counts the trained classes as candidates. Name search: precision of the 50 test images "
+        "nearest to the class's label point.",
+        "",
+        "| held-out class | images | hierarchical Hit@1 | Hit@1, all nodes | name search precision@50 |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for node, v in zs["classes"].items():
+        lines.append(f"| {node} | {v['images']} | {_f(v['hier_hit@1'])} | {_f(v['hier_hit@1_all_nodes'])} | "
+                     f"{_f(v['name_precision@50'])} |")
+    lines.append(f"| both | {sum(v['images'] for v in zs['classes'].values())} | {_f(zs['hier_hit@1'])} | | "
+                 f"{_f(zs['name_precision@50'])} |")
+    lines.append("")
+    lines.append(f"Same run, seen classes: Recall@1 {_f(z['recall@1'])}, mAP@R {_f(z['map@r'])}. "
+                 f"Reproduce: `python benchmarks/train.py --threads {res['threads']}`.")
+    return head + "\n".join(lines) + "\n"
+
+
+def write_readme(text: str) -> None:
+    readme = ROOT / "README.md"
+    old = readme.read_text(encoding="utf-8") if readme.exists() else ""
+    block = f"{START}\n{text}{END}"
+    if START in old and END in old:
+        a, rest = old.split(START, 1)
+        _, b = rest.split(END, 1)
+        new = a + block + b
+    else:
+        new = old.rstrip("\n") + "\n\n" + block + "\n"
+    readme.write_text(new, encoding="utf-8")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    home = Path(os.environ.get("HYPSEARCH_HOME", ROOT / "var"))
+    ap.add_argument("--labels", type=Path, default=home / "labels.safetensors")
+    ap.add_argument("--out-dir", type=Path, default=home / "bench-train")
+    ap.add_argument("--threads", type=int, default=2, help="torch threads of every run")
+    ap.add_argument("--reuse", action="store_true", help="reuse models already in --out-dir")
+    ap.add_argument("--write-readme", action="store_true")
+    args = ap.parse_args(argv)
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    labels = _labels(args.labels, env)
+    runs = {
+        "hyperbolic": [],
+        "euclidean": ["--geometry", "euclidean"],
+        "zero_shot": ["--holdout", HOLDOUT],
+    }
+    res: dict = {"threads": args.threads}
+    for name, extra in runs.items():
+        model = args.out_dir / f"{name}.safetensors"
+        info_path = args.out_dir / f"{name}.train.json"
+        if args.reuse and model.exists() and info_path.exists():
+            info = json.loads(info_path.read_text())
+        else:
+            info, wall = _run([*_hypsearch(), "train", "--dataset", "fashion-mnist", "--labels", str(labels),
+                               "--out", str(model), "--threads", str(args.threads), "--restart", "--json",
+                               *extra], env)
+            info["wall_seconds"] = wall
+            info_path.write_text(json.dumps(info, indent=1))
+        ev, _ = _run([*_hypsearch(), "eval", "--model", str(model), "--dataset", "fashion-mnist",
+                      "--split", "test", "--threads", str(args.threads), "--json"], env)
+        (args.out_dir / f"{name}.eval.json").write_text(json.dumps(ev, indent=1))
+        res[name] = {"train": info, "eval": ev}
+    text = table(res)
+    print(text)
+    if args.write_readme:
+        write_readme(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

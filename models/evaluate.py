@@ -1,0 +1,301 @@
+r"""Retrieval, hierarchy, zero-shot and uncertainty metrics of an image model.
+
+Every query is a test image searched against the rest of the split (itself
+excluded), by the model's own distance (geodesic in the ball; Euclidean for a
+Euclidean twin). Definitions (``q`` a query of class ``c``, ranked list
+``r_1, r_2, …``):
+
+* **Recall@k**: share of queries with an item of class ``c`` among the k nearest.
+* **mAP@R** (Musgrave et al. 2020): ``R`` = number of other items of class
+  ``c``; :math:`\frac1R\sum_{i\le R} P(i)\,[r_i \in c]`.
+* **hop mAP@50 at h hops** (Long et al. 2020): an item is relevant when its
+  class is within ``h`` hops of ``c`` in the taxonomy (0: the class, 2:
+  siblings, 4: cousins); :math:`\frac{1}{\min(50, R_h)}\sum_{i\le 50}P(i)\,rel_i`
+  with ``R_h`` the number of relevant items.
+* **hierarchical Hit@k** (Liu et al. 2020): among the k taxonomy nodes
+  nearest to the image, one is its class or a parent of its class. Candidates
+  are every node of the taxonomy for images of trained classes; for
+  held-out classes (zero-shot) every node except the trained classes (the
+  standard zero-shot protocol, with the whole taxonomy as distractors), and
+  also reported over every node (``…_all_nodes``, generalised zero-shot).
+* **nearest-label accuracy**: the nearest of all taxonomy nodes is the class.
+* **name search precision@50** of a held-out class: share of its images among
+  the 50 test images nearest to its label prototype.
+* **OOD AUROC**: Fashion-MNIST test images (positive) against the
+  handwritten digits bundled with scikit-learn (8x8, upscaled by the model's
+  preprocessing), scored by distance to the origin (Khrulkov et al. 2020) and
+  by the maximum softmax probability over the trained classes' prototypes
+  (logits :math:`-d/\tau`).
+* **δ_rel** of the encoder's features (Euclidean, before the head) and the
+  curvature it suggests (:func:`models.geometry.delta.delta_hyperbolicity`).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from .data import ImageSet
+from .geometry.delta import delta_hyperbolicity
+from .heads import Space
+
+__all__ = [
+    "auroc",
+    "evaluate_model",
+    "hop_map",
+    "label_hits",
+    "load_ood_digits",
+    "ranked_neighbours",
+    "retrieval_metrics",
+]
+
+
+def ranked_neighbours(z: torch.Tensor, space: Space, k: int, chunk: int = 512) -> torch.Tensor:
+    """Indices (n, k) of each row's k nearest other rows, nearest first (ties by index)."""
+    n = z.shape[0]
+    k = min(k, n - 1)
+    out = []
+    for s in range(0, n, chunk):
+        d = space.pairwise(z[s : s + chunk], z)  # (b, n)
+        rows = torch.arange(d.shape[0])
+        d[rows, rows + s] = float("inf")  # not itself
+        # stable order: sort by (distance, index)
+        idx = torch.argsort(d, dim=1, stable=True)[:, :k]
+        out.append(idx)
+    return torch.cat(out) if out else torch.zeros(0, k, dtype=torch.long)
+
+
+def retrieval_metrics(
+    z: torch.Tensor, targets: np.ndarray, space: Space, ks=(1, 5, 10), nn: torch.Tensor | None = None
+) -> dict[str, float]:
+    """Recall@k and mAP@R of every item queried against the others."""
+    t = torch.as_tensor(np.asarray(targets))
+    counts = torch.bincount(t - t.min()) if len(t) else torch.zeros(0)
+    R = counts[t - t.min()] - 1  # other items of the same class
+    kmax = max(max(ks), int(R.max()) if len(R) else 1)
+    if nn is None or nn.shape[1] < min(kmax, len(t) - 1):
+        nn = ranked_neighbours(z, space, kmax)
+    rel = (t[nn] == t[:, None]).to(torch.float64)  # (n, K)
+    out = {f"recall@{k}": float(rel[:, :k].amax(1).mean()) for k in ks}
+    ranks = torch.arange(1, rel.shape[1] + 1, dtype=torch.float64)
+    prec = rel.cumsum(1) / ranks
+    mask = ranks[None, :] <= R[:, None]
+    ap = (prec * rel * mask).sum(1) / R.clamp_min(1)
+    out["map@r"] = float(ap[R > 0].mean()) if (R > 0).any() else 0.0
+    return out
+
+
+def _hop_matrix(nodes: list[str], taxonomy) -> np.ndarray:
+    n = len(nodes)
+    H = np.zeros((n, n), dtype=np.int64)
+    for i in range(n):
+        for j in range(i + 1, n):
+            h = taxonomy.hops(nodes[i], nodes[j])
+            H[i, j] = H[j, i] = 10**6 if h is None else h
+    return H
+
+
+def hop_map(
+    z: torch.Tensor,
+    targets: np.ndarray,
+    class_nodes: list[str],
+    taxonomy,
+    space: Space,
+    hops=(0, 2, 4),
+    k: int = 50,
+    nn: torch.Tensor | None = None,
+) -> dict[str, float]:
+    """hop mAP@k: relevant = class within h hops of the query's class (see the module docstring)."""
+    t = np.asarray(targets)
+    H = torch.as_tensor(_hop_matrix(class_nodes, taxonomy))
+    if nn is None:
+        nn = ranked_neighbours(z, space, k)
+    nn = nn[:, :k]
+    tt = torch.as_tensor(t)
+    ranks = torch.arange(1, nn.shape[1] + 1, dtype=torch.float64)
+    counts = torch.bincount(tt, minlength=len(class_nodes)).to(torch.float64)
+    out = {}
+    for h in hops:
+        close = (H <= h).to(torch.float64)  # (K, K)
+        rel = close[tt[:, None], tt[nn]]  # (n, k)
+        total = close[tt] @ counts - 1  # relevant items other than the query
+        prec = rel.cumsum(1) / ranks
+        denom = total.clamp(min=1).clamp(max=k)
+        ap = (prec * rel).sum(1) / denom
+        out[str(h)] = float(ap[total > 0].mean())
+    return out
+
+
+def label_hits(
+    z: torch.Tensor,
+    nodes: list[str],
+    candidates: list[str],
+    labels,
+    space: Space,
+    ks=(1, 5),
+) -> dict[str, float]:
+    """Hierarchical Hit@k (the class or a parent among the k nearest candidate nodes) and
+    exact accuracy of the nearest candidate, for images whose class nodes are ``nodes``."""
+    tax = labels.taxonomy
+    cand_idx = [tax.index(c) for c in candidates]
+    P = space.from_ball(labels.embeddings[cand_idx])
+    pos = {c: i for i, c in enumerate(candidates)}
+    kmax = max(ks)
+    out = {f"hier_hit@{k}": 0.0 for k in ks} | {"nearest_label_acc": 0.0}
+    if len(nodes) == 0:
+        return out
+    hits = {k: 0 for k in ks}
+    exact = 0
+    for s in range(0, len(nodes), 1024):
+        top = space.pairwise(z[s : s + 1024], P).topk(kmax, dim=1, largest=False).indices  # (b, kmax)
+        for row, node in zip(top.tolist(), nodes[s : s + 1024], strict=True):
+            ok = {pos[x] for x in [node, *tax.parents(node)] if x in pos}
+            for k in ks:
+                hits[k] += any(r in ok for r in row[:k])
+            exact += row[0] == pos.get(node, -1)
+    n = len(nodes)
+    return {f"hier_hit@{k}": hits[k] / n for k in ks} | {"nearest_label_acc": exact / n}
+
+
+def auroc(pos: np.ndarray, neg: np.ndarray) -> float:
+    """Area under the ROC curve of scores where ``pos`` should be higher (ties count half)."""
+    pos, neg = np.asarray(pos, np.float64), np.asarray(neg, np.float64)
+    allv = np.concatenate([pos, neg])
+    order = np.argsort(allv, kind="mergesort")
+    ranks = np.empty(len(allv))
+    sv = allv[order]
+    # average ranks over ties
+    _, start, counts = np.unique(sv, return_index=True, return_counts=True)
+    avg = start + (counts - 1) / 2.0 + 1
+    ranks[order] = np.repeat(avg, counts)
+    r_pos = ranks[: len(pos)].sum()
+    return float((r_pos - len(pos) * (len(pos) + 1) / 2) / (len(pos) * len(neg)))
+
+
+def load_ood_digits() -> np.ndarray:
+    """The 1797 handwritten digits bundled with scikit-learn as uint8 (n, 8, 8), light on dark."""
+    from sklearn.datasets import load_digits  # local file in the sklearn package, no download
+
+    x = load_digits().images  # 0..16
+    return np.clip(np.round(x * (255.0 / 16.0)), 0, 255).astype(np.uint8)
+
+
+def _msp(z: torch.Tensor, protos: torch.Tensor, space: Space, tau: float) -> np.ndarray:
+    logits = -space.pairwise(z, protos) / tau
+    return torch.softmax(logits, dim=1).amax(1).numpy()
+
+
+def evaluate_model(
+    model,
+    data: ImageSet,
+    *,
+    ood: bool = True,
+    delta: bool = True,
+    progress: bool = False,
+    delta_samples: int = 1000,
+) -> dict:
+    """Every metric of the module docstring for ``model`` on ``data`` (labelled items only)."""
+    t0 = time.perf_counter()
+    space = model.space
+    labels = model.labels
+    tax = labels.taxonomy
+    keep = np.flatnonzero(np.asarray(data.targets) >= 0)
+    targets = np.asarray(data.targets)[keep]
+    images = data.images[keep] if isinstance(data.images, np.ndarray) else [data.images[i] for i in keep]
+    class_nodes = [node for _, node in data.classes]
+    for node in class_nodes:
+        if node not in tax:
+            raise ValueError(f"class node {node!r} of the data is not in the model's taxonomy")
+    bar = _bar(progress, 6)
+    z = model.embed(images)
+    bar.update(1)
+    counts = np.bincount(targets, minlength=len(class_nodes))
+    kmax = max(50, int(counts.max()) - 1)
+    nn = ranked_neighbours(z, space, kmax)
+    bar.update(1)
+    out: dict = {"images": int(len(targets)), "geometry": model.geometry, "dim": model.dim,
+                 "curvature": model.curvature}
+    out |= retrieval_metrics(z, targets, space, nn=nn)
+    out["hop_map@50"] = hop_map(z, targets, class_nodes, tax, space, nn=nn)
+    bar.update(1)
+
+    holdout = set(model.holdout)
+    seen = [n for n in model.seen_classes]
+    item_nodes = [class_nodes[t] for t in targets]
+    seen_rows = [i for i, n in enumerate(item_nodes) if n not in holdout]
+    out |= label_hits(z[seen_rows], [item_nodes[i] for i in seen_rows], tax.names, labels, space)
+    bar.update(1)
+
+    if holdout:
+        zs: dict = {}
+        not_seen = [n for n in tax.names if n not in set(seen)]
+        all_rows: list[int] = []
+        for node in sorted(holdout):
+            rows = [i for i, n in enumerate(item_nodes) if n == node]
+            all_rows += rows
+            p = space.from_ball(labels.embeddings[[tax.index(node)]])
+            near = space.pairwise(p, z)[0].argsort(stable=True)[:50]
+            prec = float(np.mean([item_nodes[i] == node for i in near.tolist()])) if len(near) else 0.0
+            zsl = label_hits(z[rows], [node] * len(rows), not_seen, labels, space, ks=(1,))
+            gzsl = label_hits(z[rows], [node] * len(rows), tax.names, labels, space, ks=(1,))
+            zs[node] = {
+                "images": len(rows),
+                "name_precision@50": prec,
+                "hier_hit@1": zsl["hier_hit@1"],
+                "hier_hit@1_all_nodes": gzsl["hier_hit@1"],
+            }
+        nodes_rows = [item_nodes[i] for i in all_rows]
+        out["zero_shot"] = {
+            "classes": zs,
+            "hier_hit@1": label_hits(z[all_rows], nodes_rows, not_seen, labels, space, ks=(1,))["hier_hit@1"],
+            "name_precision@50": float(np.mean([v["name_precision@50"] for v in zs.values()])),
+        }
+    bar.update(1)
+
+    if ood:
+        try:
+            digits = load_ood_digits()
+        except ImportError:
+            out["ood"] = {"skipped": "scikit-learn is not installed (its bundled digits are the OOD set)"}
+        else:
+            zo = model.embed(digits)
+            protos = model.prototypes(seen)
+            tau = float(model.config.get("tau", 1.0))
+            r_in, r_out = space.to_origin(z).numpy(), space.to_origin(zo).numpy()
+            out["ood"] = {
+                "dataset": "sklearn-digits",
+                "images": int(len(digits)),
+                "auroc_radius": auroc(r_in, r_out),
+                "auroc_msp": auroc(_msp(z, protos, space, tau), _msp(zo, protos, space, tau)),
+                "mean_radius_in": float(r_in.mean()),
+                "mean_radius_ood": float(r_out.mean()),
+            }
+    if delta:
+        rng = np.random.default_rng(0)
+        pick = np.sort(rng.choice(len(targets), size=min(delta_samples, len(targets)), replace=False))
+        sub = images[pick] if isinstance(images, np.ndarray) else [images[i] for i in pick]
+        feats = model.features(sub).to(torch.float64)
+        d = delta_hyperbolicity(feats, n_samples=delta_samples, seed=0)
+        out["features_delta"] = {"points": int(len(pick)), **{k: float(v) for k, v in d.items()}}
+    bar.update(1)
+    bar.close()
+    out["seconds"] = time.perf_counter() - t0
+    return out
+
+
+class _NoBar:
+    def update(self, k):
+        pass
+
+    def close(self):
+        pass
+
+
+def _bar(enabled: bool, total: int):
+    if not enabled:
+        return _NoBar()
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc="eval", unit="step", leave=False)

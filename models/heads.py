@@ -1,0 +1,206 @@
+r"""Heads that map encoder features to embeddings, and the spaces they live in.
+
+:class:`HyperbolicHead` (Khrulkov et al. 2020; Ermolov et al. 2022; Guo et
+al. 2022)::
+
+    features (n, F) --linear--> v (n, D) --CLIP(v; r)--> --expmap0_c--> z in the ball
+                     [--Möbius linear: z <- (M ⊗_c z) ⊕_c b]   (optional)
+
+computed in float64 from the linear layer on (points of hyperbolic radius up
+to 2r/√c; float32 loses the gap near radius 14). :class:`EuclideanHead` is
+its Euclidean twin: the same linear layer and clipping, no exponential map.
+
+A :class:`Space` gives the distances an objective and the evaluation use:
+:class:`PoincareSpace` calls :mod:`models.geometry.poincare` (one
+implementation per formula), :class:`EuclideanSpace` the Euclidean norm.
+Label prototypes enter a Euclidean space through ``logmap0`` (their tangent
+vectors at the origin), so a Euclidean twin aims at the same directions and
+(tangent) radii as the hyperbolic model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .geometry import numerics as nm
+from .geometry import poincare
+
+__all__ = [
+    "EuclideanHead",
+    "EuclideanSpace",
+    "HeadConfig",
+    "HyperbolicHead",
+    "PoincareSpace",
+    "Space",
+    "build_head",
+    "make_space",
+]
+
+
+# ---------------------------------------------------------------- spaces
+
+
+class Space:
+    """Distances of an embedding space; every method takes float64 tensors."""
+
+    name = "?"
+
+    def pairwise(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:  # (n, D), (m, D) -> (n, m)
+        raise NotImplementedError
+
+    def dist(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:  # (n, D), (n, D) -> (n,)
+        raise NotImplementedError
+
+    def to_origin(self, x: torch.Tensor) -> torch.Tensor:  # (n, D) -> (n,)
+        raise NotImplementedError
+
+    def from_ball(self, p: torch.Tensor) -> torch.Tensor:
+        """Label points of the Poincaré ball -> prototypes in this space."""
+        raise NotImplementedError
+
+    def midpoint(self, x: torch.Tensor) -> torch.Tensor:  # (n, D) -> (D,)
+        raise NotImplementedError
+
+
+class PoincareSpace(Space):
+    name = "poincare"
+
+    def __init__(self, curvature: float):
+        self.c = float(curvature)
+
+    def pairwise(self, x, y):
+        return poincare.pairwise_dist(x, y, c=self.c)
+
+    def dist(self, x, y):
+        return poincare.dist(x, y, c=self.c)
+
+    def to_origin(self, x):
+        return poincare.distance_to_origin(x, c=self.c)
+
+    def from_ball(self, p):
+        return p
+
+    def midpoint(self, x):
+        """Einstein midpoint (hyperbolic ProtoNet prototype of a few examples)."""
+        return poincare.einstein_midpoint(x, c=self.c)
+
+
+class EuclideanSpace(Space):
+    r"""The twin's space: tangent vectors at the head's base point ``m`` of the ball.
+
+    A label point ``p`` becomes :math:`\log_0((-m) \oplus_c p)`, the tangent
+    vector the hyperbolic head would need to reach it (its norm is
+    :math:`\sqrt c\, d(m, p)/2`).
+    """
+
+    name = "euclidean"
+
+    def __init__(self, curvature: float = 1.0, base: torch.Tensor | None = None):
+        self.c = float(curvature)  # only to map label points
+        self.base = base
+
+    def pairwise(self, x, y):
+        return nm.safe_sqrt(nm.pairwise_sqdist(x, y)).to(x.dtype)
+
+    def dist(self, x, y):
+        return nm.safe_norm(x - y)
+
+    def to_origin(self, x):
+        return nm.safe_norm(x)
+
+    def from_ball(self, p):
+        if self.base is not None:
+            p = poincare.mobius_add(-self.base.to(p.dtype).expand_as(p), p, c=self.c)
+        return poincare.logmap0(p, c=self.c)
+
+    def midpoint(self, x):
+        return x.mean(0)
+
+
+def make_space(geometry: str, curvature: float, base: torch.Tensor | None = None) -> Space:
+    if geometry == "poincare":
+        return PoincareSpace(curvature)
+    if geometry == "euclidean":
+        return EuclideanSpace(curvature, base)
+    raise ValueError(f"unknown geometry {geometry!r} (poincare or euclidean)")
+
+
+# ---------------------------------------------------------------- heads
+
+
+@dataclass
+class HeadConfig:
+    in_features: int = 128
+    dim: int = 10
+    geometry: str = "poincare"  # or "euclidean" (the twin)
+    curvature: float = 1.0
+    clip_r: float = 2.3  # CLIP(x; r) before expmap0: hyperbolic radius at most 2r/sqrt(c)
+    mobius: bool = False  # a Möbius linear layer after expmap0
+
+
+class HyperbolicHead(nn.Module):
+    """linear -> CLIP(.; r) -> expmap0 -> [Möbius linear] -> m ⊕ (.); float64 points of the ball.
+
+    ``base`` (``m``, a point of the ball, trained by Riemannian Adam) is
+    where a zero feature vector lands: the Möbius translation by ``m`` is an
+    isometry, so the head works around ``m`` as it would around the origin
+    (label embeddings of a deep subtree, such as clothing in WordNet, sit in
+    a thin cone far from the origin; seen from their Einstein midpoint they
+    spread in every direction). ``m = 0`` gives the plain head.
+    """
+
+    def __init__(self, cfg: HeadConfig):
+        super().__init__()
+        import geoopt
+
+        self.cfg = cfg
+        self.linear = nn.Linear(cfg.in_features, cfg.dim)
+        ball = geoopt.PoincareBall(c=cfg.curvature)
+        self.base = geoopt.ManifoldParameter(torch.zeros(cfg.dim, dtype=torch.float64), manifold=ball)
+        self.mobius = None
+        if cfg.mobius:
+            self.mobius = nn.Parameter(torch.eye(cfg.dim, dtype=torch.float64))
+            self.mobius_bias = geoopt.ManifoldParameter(
+                torch.zeros(cfg.dim, dtype=torch.float64), manifold=ball
+            )
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        c = self.cfg.curvature
+        v = self.linear(features.float()).to(torch.float64)  # (n, D) tangent vectors at 0
+        v = poincare.clip_features(v, self.cfg.clip_r)
+        z = poincare.expmap0(v, c=c)  # (n, D) in the ball, d(0, z) <= 2r/sqrt(c)
+        if self.mobius is not None:
+            z = poincare.mobius_matvec(self.mobius, z, c=c)
+            z = poincare.mobius_add(z, self.mobius_bias.expand_as(z), c=c)
+        return poincare.mobius_add(self.base.expand_as(z), z, c=c)  # around m
+
+
+class EuclideanHead(nn.Module):
+    """The Euclidean twin: linear -> CLIP(.; r); returns float64 vectors.
+
+    ``base`` (a buffer) is the point of the ball whose tangent space holds
+    the twin's prototypes (:class:`EuclideanSpace`).
+    """
+
+    def __init__(self, cfg: HeadConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.linear = nn.Linear(cfg.in_features, cfg.dim)
+        self.register_buffer("base", torch.zeros(cfg.dim, dtype=torch.float64))
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        v = self.linear(features.float()).to(torch.float64)
+        return poincare.clip_features(v, self.cfg.clip_r)
+
+
+def build_head(cfg: HeadConfig) -> nn.Module:
+    if cfg.geometry == "poincare":
+        return HyperbolicHead(cfg)
+    if cfg.geometry == "euclidean":
+        if cfg.mobius:
+            raise ValueError("a Möbius layer needs the poincare geometry")
+        return EuclideanHead(cfg)
+    raise ValueError(f"unknown geometry {cfg.geometry!r} (poincare or euclidean)")

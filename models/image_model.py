@@ -1,0 +1,227 @@
+"""A trained image model: encoder + head + the label embedding it was trained against.
+
+:class:`ImageModel` is what the service loads::
+
+    model = ImageModel.load("model.safetensors")
+    z = model.embed(images)          # float64 (n, D) points of the ball
+    model.labels                     # LabelEmbedding: prototypes and taxonomy
+    model.curvature, model.dim, model.preprocess, model.class_map, model.holdout, model.version
+
+The checkpoint is one safetensors file of kind ``model`` (see
+:mod:`models.checkpoint`): encoder and head weights under ``encoder.`` and
+``head.``, the label checkpoint's tensors under ``labels.`` (so a model is
+one file), and in the JSON metadata the encoder and head configs,
+preprocessing, class map, holdout classes, training config and metrics.
+Loading never unpickles anything; a foreign or truncated file raises
+:class:`~models.checkpoint.CheckpointError`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from .data import Preprocess
+from .encoders import EncoderConfig, build_encoder
+from .heads import HeadConfig, Space, build_head, make_space
+from .labels import LabelEmbedding
+
+__all__ = ["ImageModel", "KIND"]
+
+KIND = "model"
+
+
+class ImageModel:
+    """Encoder and head in eval mode, with everything needed to use them."""
+
+    def __init__(
+        self,
+        encoder_cfg: EncoderConfig,
+        head_cfg: HeadConfig,
+        preprocess: Preprocess,
+        labels: LabelEmbedding,
+        classes: list[tuple[str, str]],
+        holdout: list[str] | None = None,
+        config: dict[str, Any] | None = None,
+        metrics: dict[str, Any] | None = None,
+        encoder: nn.Module | None = None,
+        head: nn.Module | None = None,
+    ):
+        self.encoder_cfg = encoder_cfg
+        self.head_cfg = head_cfg
+        self.encoder = encoder if encoder is not None else build_encoder(encoder_cfg)
+        # one memory layout for training and serving: conv kernels (and so the last bits of
+        # the embeddings) depend on it
+        self.encoder = self.encoder.to(memory_format=torch.channels_last)
+        self.head = head if head is not None else build_head(head_cfg)
+        self.preprocess = preprocess
+        self.labels = labels
+        self.classes = [tuple(c) for c in classes]  # (class name, taxonomy node), in target order
+        self.holdout = list(holdout or [])
+        self.config = dict(config or {})
+        self.metrics = dict(metrics or {})
+        self.version = ""
+
+    # ---------------------------------------------------------------- properties
+    @property
+    def curvature(self) -> float:
+        return float(self.head_cfg.curvature)
+
+    @property
+    def dim(self) -> int:
+        return int(self.head_cfg.dim)
+
+    @property
+    def geometry(self) -> str:
+        return self.head_cfg.geometry
+
+    @property
+    def space(self) -> Space:
+        return make_space(self.geometry, self.curvature, base=self.head.base.detach())
+
+    @property
+    def class_map(self) -> dict[str, str]:
+        """Class name -> taxonomy node (synset)."""
+        return dict(self.classes)
+
+    @property
+    def seen_classes(self) -> list[str]:
+        """Taxonomy nodes of the classes used in training (all classes but the holdout)."""
+        return [node for _, node in self.classes if node not in self.holdout]
+
+    def prototypes(self, nodes: list[str] | None = None) -> torch.Tensor:
+        """Label prototypes in the model's space, (len(nodes), D) float64 (default: every node)."""
+        emb = self.labels.embeddings
+        if nodes is not None:
+            emb = emb[[self.labels.taxonomy.index(n) for n in nodes]]
+        return self.space.from_ball(emb)
+
+    # ---------------------------------------------------------------- inference
+    @torch.no_grad()
+    def features(self, images, batch_size: int = 512) -> torch.Tensor:
+        """Encoder features (n, F) float32 of images in any format :class:`Preprocess` takes."""
+        self.encoder.eval()
+        out = []
+        for chunk in _chunks(images, batch_size):
+            x = self.preprocess(chunk).contiguous(memory_format=torch.channels_last)
+            out.append(self.encoder(x).float())
+        if not out:
+            return torch.zeros(0, getattr(self.encoder, "out_features", 0))
+        return torch.cat(out)
+
+    @torch.no_grad()
+    def embed(self, images, batch_size: int = 512) -> torch.Tensor:
+        """Images -> float64 (n, D) embeddings (points of the ball for a poincare model).
+
+        ``images``: uint8 arrays (n, h, w) or (n, h, w, 3|4) of any size, a list
+        of such images of different sizes, or float pixels in [0, 1]; resized
+        and converted to the model's input (:attr:`preprocess`). Batched, no
+        gradient, eval mode.
+        """
+        self.encoder.eval()
+        self.head.eval()
+        out = []
+        for chunk in _chunks(images, batch_size):
+            x = self.preprocess(chunk).contiguous(memory_format=torch.channels_last)
+            out.append(self.head(self.encoder(x)))
+        if not out:
+            return torch.zeros(0, self.dim, dtype=torch.float64)
+        return torch.cat(out)
+
+    @torch.no_grad()
+    def class_prototype(self, images) -> torch.Tensor:
+        """Prototype of a new class from a few images: the Einstein midpoint of their
+        embeddings (hyperbolic ProtoNet; the mean for a Euclidean model), (D,)."""
+        z = self.embed(images)
+        if z.shape[0] == 0:
+            raise ValueError("a prototype needs at least one image")
+        return self.space.midpoint(z)
+
+    # ---------------------------------------------------------------- io
+    def tensors_and_meta(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        # 0-d tensors (batch-norm counters) are stored as (1,): safetensors hashing views bytes
+        tensors = {f"encoder.{k}": v.reshape(-1) if v.dim() == 0 else v for k, v in self.encoder.state_dict().items()}
+        tensors |= {f"head.{k}": v.reshape(-1) if v.dim() == 0 else v for k, v in self.head.state_dict().items()}
+        lt, lmeta = self.labels.tensors_and_meta()
+        tensors |= {f"labels.{k}": v for k, v in lt.items()}
+        meta = {
+            "encoder": dataclasses.asdict(self.encoder_cfg),
+            "head": dataclasses.asdict(self.head_cfg),
+            "preprocess": self.preprocess.to_dict(),
+            "labels": lmeta,
+            "labels_version": self.labels.version,
+            "classes": [list(c) for c in self.classes],
+            "holdout": self.holdout,
+            "config": self.config,
+            "metrics": self.metrics,
+            "curvature": self.curvature,
+            "dim": self.dim,
+            "geometry": self.geometry,
+        }
+        return tensors, meta
+
+    def save(self, path: str | os.PathLike, extra_tensors=None, extra_meta=None) -> str:
+        tensors, meta = self.tensors_and_meta()
+        tensors |= dict(extra_tensors or {})
+        meta |= dict(extra_meta or {})
+        self.version = save_checkpoint(path, KIND, tensors, meta)
+        return self.version
+
+    @classmethod
+    def from_tensors(cls, tensors: dict[str, torch.Tensor], meta: dict[str, Any], where: str) -> ImageModel:
+        try:
+            enc_cfg = EncoderConfig(**meta["encoder"])
+            head_cfg = HeadConfig(**meta["head"])
+            pre = Preprocess.from_dict(meta["preprocess"])
+            classes = [tuple(c) for c in meta["classes"]]
+            lmeta = meta["labels"]
+        except (KeyError, TypeError, ValueError) as e:
+            raise CheckpointError(f"{where}: model checkpoint metadata is incomplete ({e})") from None
+        labels = LabelEmbedding.from_tensors(
+            {k[len("labels.") :]: v for k, v in tensors.items() if k.startswith("labels.")}, lmeta, where
+        )
+        labels.version = meta.get("labels_version", "")
+        model = cls(enc_cfg, head_cfg, pre, labels, classes, meta.get("holdout"), meta.get("config"), meta.get("metrics"))
+        for prefix, module in (("encoder.", model.encoder), ("head.", model.head)):
+            state = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
+            for k, v in module.state_dict().items():
+                if v.dim() == 0 and k in state and state[k].numel() == 1:
+                    state[k] = state[k].reshape(())
+            try:
+                module.load_state_dict(state, strict=True)
+            except RuntimeError as e:
+                first = str(e).strip().splitlines()[0]
+                raise CheckpointError(f"{where}: {prefix[:-1]} weights do not match its config ({first})") from None
+        model.encoder = model.encoder.to(memory_format=torch.channels_last)
+        model.encoder.eval()
+        model.head.eval()
+        return model
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> ImageModel:
+        tensors, meta, version = load_checkpoint(Path(path), kind=KIND)
+        model = cls.from_tensors(tensors, meta, str(path))
+        model.version = version
+        return model
+
+    def __repr__(self) -> str:
+        return (
+            f"ImageModel({self.encoder_cfg.name}, {self.geometry} dim={self.dim} c={self.curvature:g}, "
+            f"{len(self.classes)} classes, holdout={self.holdout}, version={self.version[:12]})"
+        )
+
+
+def _chunks(images, size: int):
+    if isinstance(images, (list, tuple)):
+        for i in range(0, len(images), size):
+            yield list(images[i : i + size])
+        return
+    n = len(images)
+    for i in range(0, n, size):
+        yield images[i : i + size]

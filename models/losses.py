@@ -1,0 +1,136 @@
+r"""Training objectives, all on distances of a :class:`~models.heads.Space`.
+
+With labels and a label embedding (prototypes :math:`p_k` of the classes):
+
+* :func:`prototype_ce`: softmax cross-entropy over :math:`-d(z, p_k)/\tau`
+  (hyperbolic prototypical / zero-shot classification);
+* :func:`margin_rank`: :math:`\sum_{k \ne y} [m + d(z, p_y) - d(z, p_k)]_+`,
+  the ranking loss of hyperbolic zero-shot learning (Liu et al. 2020).
+
+Without a taxonomy, on two views of each image (``z1[i]``, ``z2[i]``):
+
+* :func:`pairwise_ce`: pairwise cross-entropy of Hyp-ViT (Ermolov et al.
+  2022): each view must pick its partner among the other view's batch by
+  :math:`-d/\tau`; with targets, other images of the same class are not
+  counted as negatives;
+* :func:`nt_xent`: NT-Xent of SimCLR (Chen et al. 2020) with similarity
+  :math:`-d/\tau`, for unlabelled images;
+
+and on a labelled batch:
+
+* :func:`circle_loss` (Sun et al. 2020) on similarities :math:`s = 1 -
+  d/\sigma` (an affine map of :math:`-d`), with the paper's optima
+  :math:`O_p = 1 + m`, :math:`O_n = -m` and margins :math:`\Delta_p = 1 - m`,
+  :math:`\Delta_n = m`.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .heads import Space
+
+__all__ = ["LOSSES", "circle_loss", "margin_rank", "nt_xent", "pairwise_ce", "prototype_ce"]
+
+
+def prototype_ce(
+    z: torch.Tensor,
+    protos: torch.Tensor,
+    y: torch.Tensor,
+    space: Space,
+    tau: float = 1.0,
+    pull: float = 0.0,
+) -> torch.Tensor:
+    """Cross-entropy of the logits -d(z, p_k)/tau, plus ``pull`` times the mean d(z, p_y).
+
+    z (n, D), protos (K, D), y (n,) in [0, K). The cross-entropy alone is
+    satisfied once the right prototype wins by a few units of distance and
+    leaves a class spread over its whole cell; the pull term gathers it
+    around its prototype (tight classes for retrieval, the class label as
+    the nearest taxonomy node).
+    """
+    d = space.pairwise(z, protos)  # (n, K)
+    loss = F.cross_entropy(-d / tau, y)
+    if pull > 0:
+        loss = loss + pull * d.gather(1, y[:, None]).mean()
+    return loss
+
+
+def margin_rank(
+    z: torch.Tensor, protos: torch.Tensor, y: torch.Tensor, space: Space, margin: float = 1.0
+) -> torch.Tensor:
+    """Mean over images and wrong classes of [margin + d(z, p_y) - d(z, p_k)]_+."""
+    d = space.pairwise(z, protos)  # (n, K)
+    pos = d.gather(1, y[:, None])  # (n, 1)
+    hinge = (margin + pos - d).clamp_min(0)
+    wrong = torch.ones_like(d, dtype=torch.bool).scatter_(1, y[:, None], False)
+    return (hinge * wrong).sum(1).mean() / max(1, d.shape[1] - 1)
+
+
+def pairwise_ce(
+    z1: torch.Tensor,
+    z2: torch.Tensor,
+    space: Space,
+    tau: float = 0.2,
+    y: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Hyp-ViT pairwise cross-entropy of two views (n, D) each, symmetric."""
+    logits = -space.pairwise(z1, z2) / tau  # (n, n), positives on the diagonal
+    n = z1.shape[0]
+    target = torch.arange(n)
+    if y is not None:  # same-class pairs off the diagonal are not negatives
+        same = (y[:, None] == y[None, :]) & ~torch.eye(n, dtype=torch.bool)
+        logits = logits.masked_fill(same, float("-inf"))
+    return 0.5 * (F.cross_entropy(logits, target) + F.cross_entropy(logits.T, target))
+
+
+def nt_xent(z1: torch.Tensor, z2: torch.Tensor, space: Space, tau: float = 0.2) -> torch.Tensor:
+    """SimCLR NT-Xent over the 2n views: each view's positive is its partner."""
+    n = z1.shape[0]
+    z = torch.cat([z1, z2])  # (2n, D)
+    logits = -space.pairwise(z, z) / tau  # (2n, 2n)
+    logits = logits.masked_fill(torch.eye(2 * n, dtype=torch.bool), float("-inf"))
+    target = torch.cat([torch.arange(n, 2 * n), torch.arange(n)])
+    return F.cross_entropy(logits, target)
+
+
+def circle_loss(
+    z: torch.Tensor,
+    y: torch.Tensor,
+    space: Space,
+    m: float = 0.25,
+    gamma: float = 32.0,
+    scale: float = 4.0,
+) -> torch.Tensor:
+    r"""Circle loss on pairs of a labelled batch, similarity :math:`s = 1 - d/\text{scale}`.
+
+    Per anchor: :math:`\log(1 + \sum_n e^{\gamma\alpha_n(s_n - \Delta_n)}
+    \sum_p e^{-\gamma\alpha_p(s_p - \Delta_p)})`, :math:`\alpha_p = [O_p -
+    s_p]_+`, :math:`\alpha_n = [s_n - O_n]_+` (weights not back-propagated);
+    mean over anchors that have a positive and a negative.
+    """
+    n = z.shape[0]
+    s = 1 - space.pairwise(z, z) / scale  # (n, n)
+    eye = torch.eye(n, dtype=torch.bool)
+    pos = (y[:, None] == y[None, :]) & ~eye
+    neg = y[:, None] != y[None, :]
+    alpha_p = (1 + m - s.detach()).clamp_min(0)
+    alpha_n = (s.detach() + m).clamp_min(0)
+    lp = (-gamma * alpha_p * (s - (1 - m))).masked_fill(~pos, float("-inf"))
+    ln = (gamma * alpha_n * (s - m)).masked_fill(~neg, float("-inf"))
+    ok = pos.any(1) & neg.any(1)
+    if not ok.any():
+        return z.sum() * 0.0
+    loss = F.softplus(torch.logsumexp(lp[ok], 1) + torch.logsumexp(ln[ok], 1))
+    return loss.mean()
+
+
+#: objective name -> (needs prototypes, needs two views, needs labels)
+LOSSES = {
+    "prototype": (True, False, True),
+    "margin": (True, False, True),
+    "pairwise": (False, True, False),
+    "circle": (False, False, True),
+    "ntxent": (False, True, False),
+}

@@ -1,0 +1,193 @@
+"""Image training: a short real run, checkpoints, resuming; plus shared fixtures for image tests."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from models.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from models.data import FASHION_MNIST_CLASSES, load_fashion_mnist
+from models.image_model import ImageModel
+from models.labels import LabelTrainConfig, train_labels
+from models.taxonomy import Taxonomy
+from models.train import TrainConfig, TrainError, get_lr, train
+
+FMNIST = "/usr/share/datasets/fashion-mnist"
+needs_fmnist = pytest.mark.skipif(
+    not os.path.isdir(FMNIST), reason=f"Fashion-MNIST not installed at {FMNIST}"
+)
+
+#: a hand-made slice of WordNet around the Fashion-MNIST classes
+EDGES = [
+    ("jersey.n.03", "shirt.n.01"),
+    ("shirt.n.01", "garment.n.01"),
+    ("trouser.n.01", "garment.n.01"),
+    ("pullover.n.01", "sweater.n.01"),
+    ("sweater.n.01", "garment.n.01"),
+    ("dress.n.01", "woman's_clothing.n.01"),
+    ("woman's_clothing.n.01", "clothing.n.01"),
+    ("coat.n.01", "overgarment.n.01"),
+    ("overgarment.n.01", "garment.n.01"),
+    ("garment.n.01", "clothing.n.01"),
+    ("sandal.n.01", "shoe.n.01"),
+    ("gym_shoe.n.01", "shoe.n.01"),
+    ("oxford.n.04", "shoe.n.01"),
+    ("shoe.n.01", "footwear.n.02"),
+    ("boot.n.01", "footwear.n.02"),
+    ("footwear.n.02", "covering.n.02"),
+    ("clothing.n.01", "covering.n.02"),
+    ("bag.n.04", "container.n.01"),
+    ("covering.n.02", "entity.n.01"),
+    ("container.n.01", "entity.n.01"),
+]
+
+
+def small_labels(dim: int = 6):
+    tax = Taxonomy.from_edges(EDGES)
+    return train_labels(tax, LabelTrainConfig(dim=dim, epochs=20, burnin=2, seed=0))
+
+
+@pytest.fixture(scope="module")
+def labels():
+    torch.set_num_threads(1)
+    return small_labels()
+
+
+def tiny_config(**kw) -> TrainConfig:
+    base = dict(epochs=1, limit=2000, batch_size=64, widths=[8, 16, 32, 32], warmup_iters=5,
+                lr=3e-3, val_fraction=0.1, seed=0)
+    return TrainConfig(**(base | kw))
+
+
+def test_get_lr_warmup_cosine_floor():
+    cfg = TrainConfig(lr=1.0, min_lr=0.1, warmup_iters=10)
+    assert get_lr(0, cfg, 100) == pytest.approx(0.1)
+    assert get_lr(9, cfg, 100) == pytest.approx(1.0)
+    assert get_lr(10, cfg, 100) == pytest.approx(1.0)
+    assert get_lr(55, cfg, 100) == pytest.approx(0.55)
+    assert get_lr(100, cfg, 100) == pytest.approx(0.1)
+    assert get_lr(500, cfg, 100) == pytest.approx(0.1)
+    lrs = [get_lr(i, cfg, 100) for i in range(10, 101)]
+    assert all(a >= b for a, b in zip(lrs, lrs[1:]))
+
+
+@needs_fmnist
+def test_one_epoch_lowers_loss_and_checkpoint_reloads_identically(labels, tmp_path):
+    torch.set_num_threads(1)
+    model = train(tiny_config(epochs=2), labels, progress=False, checkpoint_path=tmp_path / "run.partial")
+    hist = model.metrics["history"]
+    assert len(hist) == 2 and hist[1]["loss"] < hist[0]["loss"]
+    # within the first epoch too: its mean is below the loss of its first batch
+    assert hist[0]["loss"] < 0.9 * model.metrics["first_loss"]
+    assert hist[1]["val_acc"] > 0.35  # 10 classes: chance is 0.1
+
+    test = load_fashion_mnist("test", FMNIST)
+    images = test.images[:300]
+    z = model.embed(images)
+    assert z.dtype == torch.float64 and z.shape == (300, labels.dim)
+    assert (z.norm(dim=1) < 1).all()
+    path = tmp_path / "model.safetensors"
+    version = model.save(path)
+    loaded = ImageModel.load(path)
+    assert loaded.version == version and len(version) == 64
+    assert torch.equal(loaded.embed(images), z)
+    assert loaded.curvature == labels.curvature and loaded.dim == labels.dim
+    assert loaded.class_map == {name: syn for name, syn in FASHION_MNIST_CLASSES}
+    assert loaded.preprocess.size == 28 and loaded.preprocess.channels == 1
+    assert torch.equal(loaded.labels.embeddings, labels.embeddings)
+    assert loaded.labels.taxonomy == labels.taxonomy
+    assert loaded.metrics["epochs"] == 2 and loaded.config["epochs"] == 2
+    # any image size and RGB go through the same preprocessing
+    rgb = np.repeat(images[:4, :, :, None], 3, axis=3)
+    big = torch.nn.functional.interpolate(torch.from_numpy(rgb).permute(0, 3, 1, 2).float(), size=56)
+    big = big.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).numpy()
+    zb = loaded.embed(big)
+    assert zb.shape == (4, labels.dim)
+    assert torch.allclose(loaded.embed(rgb), z[:4], atol=1e-3)  # RGB gray == gray (luminance rounding)
+    # a class from a handful of images: its Einstein midpoint
+    proto = loaded.class_prototype(images[test.targets[:300] == 7][:5])
+    assert proto.shape == (labels.dim,) and float(proto.norm()) < 1
+
+    # resuming the finished 2-epoch run with 3 epochs trains only one more epoch
+    more = train(tiny_config(epochs=3), labels, progress=False, checkpoint_path=tmp_path / "run.partial")
+    assert [h["epoch"] for h in more.metrics["history"]] == [1, 2, 3]
+    assert more.metrics["history"][:2] == hist
+
+
+def test_truncated_and_foreign_checkpoints(labels, tmp_path):
+    torch.set_num_threads(1)
+    from models.data import Preprocess
+    from models.encoders import EncoderConfig
+    from models.heads import HeadConfig
+
+    model = ImageModel(
+        EncoderConfig("conv4", 1, 28, [4, 4, 8, 8]),
+        HeadConfig(in_features=8, dim=labels.dim, clip_r=5.0),
+        Preprocess(),
+        labels,
+        list(FASHION_MNIST_CLASSES),
+    )
+    path = tmp_path / "m.safetensors"
+    model.save(path)
+    data = path.read_bytes()
+    cut = tmp_path / "cut.safetensors"
+    cut.write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match="cut.safetensors.*truncated"):
+        ImageModel.load(cut)
+    foreign = tmp_path / "foreign.safetensors"
+    from safetensors.torch import save_file
+
+    save_file({"w": torch.zeros(3)}, foreign)
+    with pytest.raises(CheckpointError, match="foreign.safetensors.*not a hypsearch checkpoint"):
+        ImageModel.load(foreign)
+    with pytest.raises(CheckpointError, match="expected a 'model' checkpoint"):
+        lp = tmp_path / "labels.safetensors"
+        labels.save(lp)
+        ImageModel.load(lp)
+    # a checkpoint whose weights do not match its config
+    tensors, meta, _ = load_checkpoint(path, kind="model")
+    meta["encoder"]["widths"] = [4, 4, 8, 16]
+    save_checkpoint(tmp_path / "mismatch.safetensors", "model", tensors, meta)
+    with pytest.raises(CheckpointError, match="mismatch.safetensors: encoder weights do not match"):
+        ImageModel.load(tmp_path / "mismatch.safetensors")
+    # flipping a byte of the tensors breaks the checksum
+    flipped = bytearray(data)
+    flipped[-3] ^= 0xFF
+    (tmp_path / "flip.safetensors").write_bytes(bytes(flipped))
+    with pytest.raises(CheckpointError, match="checksum"):
+        ImageModel.load(tmp_path / "flip.safetensors")
+
+
+@needs_fmnist
+def test_bad_requests(labels):
+    with pytest.raises(TrainError, match="--holdout hat.n.01: not a class"):
+        train(tiny_config(holdout=["hat.n.01"]), labels, progress=False)
+    with pytest.raises(TrainError, match="--dim 3"):
+        train(tiny_config(dim=3), labels, progress=False)
+    with pytest.raises(TrainError, match="unknown loss"):
+        train(tiny_config(loss="hinge"), labels, progress=False)
+    tax = Taxonomy.from_edges([("a", "b")])
+    other = train_labels(tax, LabelTrainConfig(dim=6, epochs=1, burnin=0))
+    with pytest.raises(TrainError, match="'jersey.n.03'.*does not contain"):
+        train(tiny_config(), other, progress=False)
+
+
+@needs_fmnist
+def test_holdout_classes_never_seen(labels):
+    torch.set_num_threads(1)
+    from models.data import ImageSet
+
+    real = load_fashion_mnist("train", FMNIST)
+    # the held-out class's images are replaced by NaNs: training would fail if it saw one
+    imgs = real.images[:3000].astype(np.float32) / 255
+    imgs[real.targets[:3000] == 5] = np.nan
+    data = ImageSet(imgs, real.targets[:3000], real.classes, real.ids[:3000])
+    model = train(
+        tiny_config(holdout=["sandal.n.01"], limit=None, epochs=1), labels, progress=False, data=data
+    )
+    assert model.holdout == ["sandal.n.01"]
+    assert "sandal.n.01" not in model.seen_classes and len(model.seen_classes) == 9
+    assert model.metrics["train_images"] + model.metrics["val_images"] == int((real.targets[:3000] != 5).sum())
