@@ -13,6 +13,7 @@ Run it with ``hypsearch serve`` or ``uvicorn --factory service.app:create_app``
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -74,25 +75,33 @@ def _load(services: Services) -> None:
     except (StartupError, OSError, ValueError) as e:
         services.load_error = str(e)
         log.error("loading failed: %s", e)
-        return
     except Exception as e:  # noqa: BLE001 - logged in full, reported by /readyz
         services.load_error = f"{type(e).__name__}: {e}"
         log.exception("loading failed")
+    else:
+        _start(services, rt)
+        log.info("ready: %d items, dim %d, model %s", len(rt), rt.dim, rt.model_version)
+        announce = services.extra.get("announce")
+        if announce:
+            print(announce, file=sys.stderr, flush=True)
         return
-    _start(services, rt)
-    log.info(
-        "ready: %d items, dim %d, model %s",
-        len(rt),
-        rt.dim,
-        rt.model_version,
-    )
+    hook = services.extra.get("on_load_error")
+    if hook is not None:
+        hook(services.load_error)
 
 
-def create_app(settings: Settings | None = None, *, runtime: Runtime | None = None) -> FastAPI:
-    """The FastAPI app; ``runtime`` serves an already opened index (tests)."""
+def create_app(
+    settings: Settings | None = None,
+    *,
+    runtime: Runtime | None = None,
+    owns_runtime: bool | None = None,
+) -> FastAPI:
+    """The FastAPI app; ``runtime`` serves an already opened index (tests), which
+    the app closes at shutdown only with ``owns_runtime``."""
     settings = settings if settings is not None else get_settings()
     metrics = Metrics()
-    services = Services(settings=settings, metrics=metrics, owns_runtime=runtime is None)
+    owns = runtime is None if owns_runtime is None else owns_runtime
+    services = Services(settings=settings, metrics=metrics, owns_runtime=owns)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -103,6 +112,8 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
         services.jobs = JobManager(lambda: services.runtime, settings, metrics)
         if runtime is not None:
             _start(services, runtime)
+            if services.extra.get("announce"):
+                print(services.extra["announce"], file=sys.stderr, flush=True)
         else:
             threading.Thread(target=_load, args=(services,), name="load", daemon=True).start()
         try:

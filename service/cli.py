@@ -402,11 +402,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from models.defaults import run_default_pipeline
+    """Default artifacts under $HYPSEARCH_HOME (built once, then reused), then serve."""
+    from service.commands import cmd_demo as run_demo
 
-    summary = run_default_pipeline(_home(), progress=not args.quiet)
-    _emit(args, summary, lambda r: r["message"])
-    return 0
+    return run_demo(args)
 
 
 # ---------------------------------------------------------------- parser
@@ -565,13 +564,22 @@ def build_parser() -> argparse.ArgumentParser:
     common(ev2)
     ev2.set_defaults(func=cmd_eval)
 
+    # serve, index build (service/commands.py)
+    from service.commands import add_demo_options, add_service_commands
+
+    add_service_commands(sub, common)
+
     # demo
     dm = sub.add_parser(
         "demo",
-        help="build the default artifacts under $HYPSEARCH_HOME (reused when present)",
+        help="build the default artifacts under $HYPSEARCH_HOME (reused when present), then serve",
+        description="Train the default label embeddings and image model, build the index of the "
+        "Fashion-MNIST test split (each reused from $HYPSEARCH_HOME when present), then serve the "
+        "web page and the API on http://HOST:PORT.",
     )
     dm.add_argument("--host", default="127.0.0.1")
     dm.add_argument("--port", type=_positive_int, default=8000)
+    add_demo_options(dm)
     common(dm)
     dm.set_defaults(func=cmd_demo)
     return p
