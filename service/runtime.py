@@ -27,7 +27,7 @@ import torch
 from indexing import HyperbolicIndex
 from models.geometry import poincare
 from models.labels import LabelEmbedding
-from models.taxonomy import Taxonomy
+from models.taxonomy import Taxonomy, UnknownLabelError
 
 log = logging.getLogger("service")
 
@@ -60,6 +60,7 @@ class Runtime:
         image_dir: str | Path | None = None,
         data_dir: str | Path | None = None,
         taxonomy: Taxonomy | None = None,
+        wordnet_dir: str | Path | None = None,
     ) -> None:
         if model is not None and getattr(model, "geometry", "poincare") != "poincare":
             raise StartupError(
@@ -96,6 +97,8 @@ class Runtime:
         self._view: _LabelView | None = None
         self._view_lock = threading.Lock()
         self._under_cache: dict[tuple[int, str], int] = {}
+        self.wordnet_dir = wordnet_dir
+        self._exceptions: dict[str, list[str]] | None = None
         self._splits: dict[str, np.ndarray | None] = {}
         self._split_lock = threading.Lock()
         self._load_tallies()
@@ -173,9 +176,47 @@ class Runtime:
     # -- labels ---------------------------------------------------------------------
     def resolve(self, text: str) -> str:
         """Node for a synset name or a word: among a word's senses, the one with the
-        most items under it (WordNet's sense order breaks ties). Raises
+        most items under it (WordNet's sense order breaks ties). A plural
+        (``sneakers``, ``trousers``, ``running shoes``) falls back to its base
+        forms (WordNet's exception list and suffix rules, as ``morphy``). Raises
         :class:`models.taxonomy.UnknownLabelError`."""
-        return self.taxonomy.resolve(text, prefer=lambda n: float(self.items_under(n)))
+        prefer = lambda n: float(self.items_under(n))  # noqa: E731
+        try:
+            return self.taxonomy.resolve(text, prefer=prefer)
+        except UnknownLabelError as first:
+            for base in self._base_forms(text):
+                try:
+                    return self.taxonomy.resolve(base, prefer=prefer)
+                except UnknownLabelError:
+                    continue
+            raise first from None
+
+    def _base_forms(self, text: str) -> list[str]:
+        words = text.strip().replace("_", " ").split()
+        if not words or len(text) > 200:
+            return []
+        last = words[-1].lower()
+        cands = []
+        exc = self._noun_exceptions()
+        if last in exc:
+            cands += exc[last]
+        for suffix, repl in _MORPHY_RULES:
+            if last.endswith(suffix) and len(last) > len(suffix):
+                cands.append(last[: -len(suffix)] + repl)
+        head = " ".join(words[:-1])
+        return [f"{head} {c}".strip() for c in dict.fromkeys(cands)]
+
+    def _noun_exceptions(self) -> dict[str, list[str]]:
+        if self._exceptions is None:
+            exc: dict[str, list[str]] = {}
+            path = Path(self.wordnet_dir, "noun.exc") if self.wordnet_dir is not None else None
+            if path is not None and path.exists():
+                for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+                    parts = line.split()
+                    if len(parts) >= 2:
+                        exc[parts[0]] = parts[1:]
+            self._exceptions = exc
+        return self._exceptions
 
     def label_point(self, name: str) -> np.ndarray:
         """The prototype of a label, float64 (D,)."""
@@ -307,6 +348,18 @@ class Runtime:
         self.index.close()
 
 
+#: WordNet's detachment rules for nouns (morphy), tried when a word is unknown.
+_MORPHY_RULES = (
+    ("s", ""),
+    ("ses", "s"),
+    ("xes", "x"),
+    ("zes", "z"),
+    ("ches", "ch"),
+    ("shes", "sh"),
+    ("men", "man"),
+    ("ies", "y"),
+)
+
 _IMAGE_NAME = re.compile(r"^[0-9a-f]{64}\.png$")
 
 
@@ -373,6 +426,7 @@ def open_runtime(settings) -> Runtime:
             image_dir=settings.images_folder,
             data_dir=settings.data_dir,
             taxonomy=with_words(labels.taxonomy, settings.wordnet_dir),
+            wordnet_dir=settings.wordnet_dir,
         )
     except BaseException:
         index.close()

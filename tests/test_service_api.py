@@ -96,6 +96,12 @@ def test_label_word_resolves_to_the_sense_with_items(client):
     r = client.post("/v1/search", json={"label": "sneaker", "k": 5})
     assert r.status_code == 200
     assert r.json()["query"]["label"] == "gym_shoe.n.01"
+    for plural, node in (
+        ("sneakers", "gym_shoe.n.01"),
+        ("trousers", "trouser.n.01"),
+        ("Dresses", "dress.n.01"),
+    ):
+        assert client.get(f"/v1/labels/{plural}").json()["name"] == node
     # "bag": WordNet's first sense is bag.n.01; the Fashion-MNIST items are bag.n.04
     assert client.post("/v1/search", json={"label": "bag"}).json()["query"]["label"] == "bag.n.04"
 
