@@ -157,7 +157,8 @@ def _real_roots(roots) -> list[Path] | None:
 
 
 def _class_node(name: str, class_map: dict[str, str] | None, taxonomy) -> str | None:
-    """Class name -> taxonomy node, or None when it does not resolve."""
+    """Class name -> taxonomy node, or None when it does not resolve (``taxonomy``: anything
+    with a ``resolve(text)`` method)."""
     node = class_map.get(name, None) if class_map is not None else name
     if node is None:
         return None

@@ -128,7 +128,12 @@ def cmd_index_build(args: argparse.Namespace) -> int:
     class_map = read_class_map(args.class_map) if args.class_map else None
     try:
         if args.images is not None:
-            plan = plan_path(args.images, taxonomy=model.labels.taxonomy, class_map=class_map)
+            from .runtime import WordResolver, with_words
+
+            words = WordResolver(
+                with_words(model.labels.taxonomy, args.wordnet_dir), args.wordnet_dir
+            )
+            plan = plan_path(args.images, taxonomy=words, class_map=class_map)
             where = args.images
         else:
             plan = plan_dataset(args.dataset, args.split, args.data_dir)
@@ -148,7 +153,8 @@ def cmd_index_build(args: argparse.Namespace) -> int:
         index.close()
         raise CliError(
             f"--out {out}: holds an index of dimension {index.dim} and curvature "
-            f"{index.curvature:g}, the model embeds into dimension {model.dim}, curvature {model.curvature:g}"
+            f"{index.curvature:g}; the model embeds into dimension {model.dim}, "
+            f"curvature {model.curvature:g}"
         )
     try:
         report = build_index(
@@ -257,10 +263,10 @@ def add_service_commands(sub, common) -> None:
     b = ix.add_parser(
         "build",
         help="embed a data set split, a folder or a manifest into an index (resumable)",
-        description="Embed pictures with the model (multi-worker loader, batched inference) and add "
-        "them to the index folder OUT, creating it when missing. Every batch is durable before the "
-        "next is read; running the command again skips the ids already indexed. Unreadable files "
-        "are skipped and listed, not fatal.",
+        description="Embed pictures with the model (multi-worker loader, batched inference) and "
+        "add them to the index folder OUT, creating it when missing. Every batch is durable "
+        "before the next is read; running the command again skips the ids already indexed. "
+        "Unreadable files are skipped and listed, not fatal.",
     )
     b.add_argument("--model", required=True, help="image model checkpoint")
     src = b.add_mutually_exclusive_group()
@@ -271,6 +277,11 @@ def add_service_commands(sub, common) -> None:
     b.add_argument("--split", default="test", choices=["train", "test"])
     b.add_argument("--data-dir", default=DEFAULT_FASHION_MNIST_DIR)
     b.add_argument("--class-map", help="class<TAB>taxonomy node per line (for --images)")
+    b.add_argument(
+        "--wordnet-dir",
+        default="/usr/share/wordnet",
+        help="WordNet words for class names (sneaker)",
+    )
     b.add_argument("--out", required=True, help="index folder")
     b.add_argument("--batch-size", type=cli._positive_int, default=256)
     b.add_argument(

@@ -158,7 +158,7 @@ class JobManager:
             if rt.model is None:
                 raise BuildInputError("no image model is loaded; index jobs need one")
             plan = plan_path(
-                real, taxonomy=rt.taxonomy, class_map=job.class_map, roots=self.settings.data_roots
+                real, taxonomy=rt, class_map=job.class_map, roots=self.settings.data_roots
             )
             job.total = len(plan.sources) + len(plan.skipped)
             job.report = BuildReport(plan.name)

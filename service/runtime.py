@@ -97,8 +97,7 @@ class Runtime:
         self._view: _LabelView | None = None
         self._view_lock = threading.Lock()
         self._under_cache: dict[tuple[int, str], int] = {}
-        self.wordnet_dir = wordnet_dir
-        self._exceptions: dict[str, list[str]] | None = None
+        self._resolver = WordResolver(self.taxonomy, wordnet_dir)
         self._splits: dict[str, np.ndarray | None] = {}
         self._split_lock = threading.Lock()
         self._load_tallies()
@@ -176,47 +175,10 @@ class Runtime:
     # -- labels ---------------------------------------------------------------------
     def resolve(self, text: str) -> str:
         """Node for a synset name or a word: among a word's senses, the one with the
-        most items under it (WordNet's sense order breaks ties). A plural
-        (``sneakers``, ``trousers``, ``running shoes``) falls back to its base
-        forms (WordNet's exception list and suffix rules, as ``morphy``). Raises
+        most items under it (WordNet's sense order breaks ties); plurals resolve
+        through their base forms (:class:`WordResolver`). Raises
         :class:`models.taxonomy.UnknownLabelError`."""
-        prefer = lambda n: float(self.items_under(n))  # noqa: E731
-        try:
-            return self.taxonomy.resolve(text, prefer=prefer)
-        except UnknownLabelError as first:
-            for base in self._base_forms(text):
-                try:
-                    return self.taxonomy.resolve(base, prefer=prefer)
-                except UnknownLabelError:
-                    continue
-            raise first from None
-
-    def _base_forms(self, text: str) -> list[str]:
-        words = text.strip().replace("_", " ").split()
-        if not words or len(text) > 200:
-            return []
-        last = words[-1].lower()
-        cands = []
-        exc = self._noun_exceptions()
-        if last in exc:
-            cands += exc[last]
-        for suffix, repl in _MORPHY_RULES:
-            if last.endswith(suffix) and len(last) > len(suffix):
-                cands.append(last[: -len(suffix)] + repl)
-        head = " ".join(words[:-1])
-        return [f"{head} {c}".strip() for c in dict.fromkeys(cands)]
-
-    def _noun_exceptions(self) -> dict[str, list[str]]:
-        if self._exceptions is None:
-            exc: dict[str, list[str]] = {}
-            path = Path(self.wordnet_dir, "noun.exc") if self.wordnet_dir is not None else None
-            if path is not None and path.exists():
-                for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-                    parts = line.split()
-                    if len(parts) >= 2:
-                        exc[parts[0]] = parts[1:]
-            self._exceptions = exc
-        return self._exceptions
+        return self._resolver.resolve(text, prefer=lambda n: float(self.items_under(n)))
 
     def label_point(self, name: str) -> np.ndarray:
         """The prototype of a label, float64 (D,)."""
@@ -368,6 +330,52 @@ def _read_pixels(path: Path) -> np.ndarray | None:
 
     pixels, _ = read_picture(str(path))
     return pixels
+
+
+class WordResolver:
+    """``taxonomy.resolve`` with a fallback for plurals (``sneakers``, ``trousers``,
+    ``running shoes``): the base forms WordNet's ``morphy`` would try -- its
+    exception list ``noun.exc`` and its suffix rules -- on the last word."""
+
+    def __init__(self, taxonomy: Taxonomy, wordnet_dir: str | Path | None = None) -> None:
+        self.taxonomy = taxonomy
+        self.wordnet_dir = wordnet_dir
+        self._exceptions: dict[str, list[str]] | None = None
+
+    def resolve(self, text: str, prefer=None) -> str:
+        try:
+            return self.taxonomy.resolve(text, prefer=prefer)
+        except UnknownLabelError as first:
+            for base in self.base_forms(text):
+                try:
+                    return self.taxonomy.resolve(base, prefer=prefer)
+                except UnknownLabelError:
+                    continue
+            raise first from None
+
+    def base_forms(self, text: str) -> list[str]:
+        words = text.strip().replace("_", " ").split()
+        if not words or len(text) > 200:
+            return []
+        last = words[-1].lower()
+        cands = list(self._noun_exceptions().get(last, ()))
+        for suffix, repl in _MORPHY_RULES:
+            if last.endswith(suffix) and len(last) > len(suffix):
+                cands.append(last[: -len(suffix)] + repl)
+        head = " ".join(words[:-1])
+        return [f"{head} {c}".strip() for c in dict.fromkeys(cands)]
+
+    def _noun_exceptions(self) -> dict[str, list[str]]:
+        if self._exceptions is None:
+            exc: dict[str, list[str]] = {}
+            path = Path(self.wordnet_dir, "noun.exc") if self.wordnet_dir is not None else None
+            if path is not None and path.exists():
+                for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+                    parts = line.split()
+                    if len(parts) >= 2:
+                        exc[parts[0]] = parts[1:]
+            self._exceptions = exc
+        return self._exceptions
 
 
 def with_words(taxonomy: Taxonomy, wordnet_dir: str | Path | None) -> Taxonomy:
