@@ -10,12 +10,12 @@ export HYPSEARCH_HOME
 FMNIST_DIR := /usr/share/datasets/fashion-mnist
 WORDNET_DIR := /usr/share/wordnet
 
-.PHONY: run test setup data venv bench clean
+.PHONY: run test setup data browser venv bench clean
 
 run: setup
 	$(BIN)/hypsearch demo
 
-test: setup
+test: setup browser
 	$(BIN)/python -m pytest -q
 
 setup: data $(VENV)/.installed
@@ -29,6 +29,14 @@ data:
 	  echo "installing Debian packages:$$missing"; \
 	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+
+# Debian's Chromium and its driver, for the web page's browser test.
+browser:
+	@if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then \
+	  echo "installing Debian packages: chromium chromium-driver"; \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; \
 	fi
 
 $(VENV)/.installed: pyproject.toml
