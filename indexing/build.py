@@ -38,6 +38,7 @@ import numpy as np
 
 __all__ = [
     "BuildInputError",
+    "OutsideRootsError",
     "Plan",
     "Source",
     "BuildReport",
@@ -57,6 +58,10 @@ MAX_EXAMPLES = 100  # skipped sources listed by name (all are counted)
 class BuildInputError(ValueError):
     """A source that cannot be read at all (missing folder, bad manifest header, path
     outside the roots); the message names it."""
+
+
+class OutsideRootsError(BuildInputError):
+    """A path outside the allowed data roots (or no roots are configured)."""
 
 
 @dataclass(frozen=True)
@@ -134,13 +139,13 @@ def check_under_roots(
     if not p.is_absolute():
         raise BuildInputError(f"{what}: {path} is not an absolute path")
     if not roots:
-        raise BuildInputError(f"{what}: no data roots are configured (HYPSEARCH_DATA_ROOTS)")
+        raise OutsideRootsError(f"{what}: no data roots are configured (HYPSEARCH_DATA_ROOTS)")
     real = Path(os.path.realpath(p))
     for r in roots:
         root = Path(os.path.realpath(r))
         if real == root or root in real.parents:
             return real
-    raise BuildInputError(f"{what}: {path} is outside the data roots")
+    raise OutsideRootsError(f"{what}: {path} is outside the data roots")
 
 
 def _inside(real: Path, roots: Sequence[Path] | None) -> bool:

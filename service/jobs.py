@@ -21,7 +21,14 @@ from pathlib import Path
 
 import numpy as np
 
-from indexing.build import BuildInputError, BuildReport, check_under_roots, embed_plan, plan_path
+from indexing.build import (
+    BuildInputError,
+    BuildReport,
+    OutsideRootsError,
+    check_under_roots,
+    embed_plan,
+    plan_path,
+)
 
 from .errors import ApiError
 
@@ -102,10 +109,10 @@ class JobManager:
         roots = self.settings.data_roots
         try:
             real = check_under_roots(path, roots)
+        except OutsideRootsError as e:
+            raise ApiError(403, str(e)) from None
         except BuildInputError as e:
-            raise ApiError(
-                403 if "outside" in str(e) or "no data roots" in str(e) else 422, str(e)
-            ) from None
+            raise ApiError(422, str(e)) from None
         if not real.exists():
             raise ApiError(404, f"path: {path} does not exist")
         if not (real.is_dir() or (real.is_file() and real.suffix.lower() == ".csv")):
