@@ -54,7 +54,7 @@ from .checkpoint import (
     save_checkpoint,
 )
 from .geometry import cones, poincare
-from .geometry.sparse import dist_and_grad
+from .geometry.sparse import dist_and_grad, fast_gap
 from .taxonomy import Taxonomy
 
 __all__ = [
@@ -308,8 +308,7 @@ def _project_rows(theta: torch.Tensor, rows: torch.Tensor, c: float, min_norm: f
 
 def _rsgd_step(theta, rows, grads, lr, c):
     """Riemannian SGD on the ball: x <- proj(x - lr (g_x^2/4) grad) for each (row, grad)."""
-    x = theta[rows]
-    g = 1 - c * (x * x).sum(-1, keepdim=True)
+    g = fast_gap(theta[rows], c=c)[:, None]  # 1/lambda_x = g/2: the inverse metric is (g/2)^2
     theta.index_add_(0, rows, -lr * (g * g / 4) * grads)
 
 
