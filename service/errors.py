@@ -99,13 +99,19 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        detail = exc.detail
-        if exc.status_code == 404 and detail == "Not Found":
+        detail, status = exc.detail, exc.status_code
+        if status == 400:
+            # FastAPI's and Starlette's answers to a body that does not parse (not UTF-8,
+            # malformed multipart): a bad input like any other
+            if detail == "There was an error parsing the body":
+                detail = "not valid JSON (or not UTF-8 text)"
+            detail, status = f"body: {detail}", 422
+        elif status == 404 and detail == "Not Found":
             detail = f"no such path {request.url.path}"
         elif exc.status_code == 405:
             detail = f"method {request.method} is not allowed on {request.url.path}"
         return JSONResponse(
-            {"detail": detail}, status_code=exc.status_code, headers=getattr(exc, "headers", None)
+            {"detail": detail}, status_code=status, headers=getattr(exc, "headers", None)
         )
 
     @app.exception_handler(Exception)

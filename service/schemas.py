@@ -24,6 +24,12 @@ class ErrorOut(BaseModel):
     )
 
 
+#: The 422 every router documents (invalid input; ``detail`` says what is wrong).
+INVALID: dict = {
+    422: {"model": ErrorOut, "description": "invalid input; detail says what is wrong"}
+}
+
+
 # ---------------------------------------------------------------- ops
 
 

@@ -22,9 +22,9 @@ from ..deps import RuntimeDep, ServicesDep, WriteAccess
 from ..errors import ApiError
 from ..imaging import decode_image, encode_png
 from ..runtime import Runtime
-from ..schemas import DeletedOut, ErrorOut, ItemIn, ItemOut
+from ..schemas import INVALID, DeletedOut, ErrorOut, ItemIn, ItemOut
 
-router = APIRouter(prefix="/v1/items", tags=["items"])
+router = APIRouter(prefix="/v1/items", tags=["items"], responses=INVALID)
 
 ItemId = Annotated[str, Path(description="item id (may contain '/')", max_length=2000)]
 

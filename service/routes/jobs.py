@@ -7,9 +7,9 @@ from typing import Annotated
 from fastapi import APIRouter, Path
 
 from ..deps import JobsDep, WriteAccess
-from ..schemas import ErrorOut, JobIn, JobOut
+from ..schemas import INVALID, ErrorOut, JobIn, JobOut
 
-router = APIRouter(prefix="/v1/index/jobs", tags=["jobs"])
+router = APIRouter(prefix="/v1/index/jobs", tags=["jobs"], responses=INVALID)
 
 ERRORS = {
     401: {"model": ErrorOut, "description": "API key missing or wrong"},

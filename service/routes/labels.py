@@ -8,9 +8,9 @@ from fastapi import APIRouter, Path, Query
 
 from .. import searching
 from ..deps import RuntimeDep
-from ..schemas import ErrorOut, LabelOut
+from ..schemas import INVALID, ErrorOut, LabelOut
 
-router = APIRouter(prefix="/v1/labels", tags=["labels"])
+router = APIRouter(prefix="/v1/labels", tags=["labels"], responses=INVALID)
 
 
 @router.get(

@@ -15,9 +15,19 @@ from ..disk import layout
 from ..errors import ApiError
 from ..imaging import decode_image
 from ..runtime import Runtime
-from ..schemas import EmbedOut, ErrorOut, HitOut, LabelDistance, Mode, QueryOut, SearchIn, SearchOut
+from ..schemas import (
+    INVALID,
+    EmbedOut,
+    ErrorOut,
+    HitOut,
+    LabelDistance,
+    Mode,
+    QueryOut,
+    SearchIn,
+    SearchOut,
+)
 
-router = APIRouter(prefix="/v1", tags=["search"])
+router = APIRouter(prefix="/v1", tags=["search"], responses=INVALID)
 
 ERRORS = {
     404: {"model": ErrorOut, "description": "no item with that id"},
