@@ -20,11 +20,8 @@ Two things here are not distances and are computed locally:
   about 2).  A query that deep is ranked with the float64 proxy
   (:meth:`Space.proxy_keys64`), and the HNSW backend keeps deep items out of
   its float32 graph and scans them in float64;
-* :meth:`PoincareSpace.euclidean_ball`: the Euclidean centre and radius of the
-  hyperbolic ball ``B(q, r)`` (hyperbolic balls of the Poincaré model are
-  Euclidean balls), used by the HNSW backend to aim its Euclidean graph search.
-  It takes the hyperbolic radius of ``q`` from
-  ``models.geometry.poincare.distance_to_origin``.
+* nothing else: :meth:`PoincareSpace.euclidean_ball` (where the HNSW backend
+  aims its Euclidean graph search) calls ``models.geometry.poincare.euclidean_ball``.
 """
 
 from __future__ import annotations
@@ -307,19 +304,10 @@ class PoincareSpace(Space):
         q = np.asarray(q, dtype=np.float64)
         r = np.asarray(r, dtype=np.float64)
         with torch_threads():
-            rq = _poincare().distance_to_origin(torch.from_numpy(q), c=self.c).numpy()
-        s = math.sqrt(self.c)
-        fin = np.isfinite(r)
-        rr = np.where(fin, r, 0.0)
-        lo = np.tanh(s * (rq - rr) / 2.0) / s  # signed, along q's direction
-        hi = np.tanh(s * (rq + rr) / 2.0) / s
-        norm = np.linalg.norm(q, axis=1)
-        unit = np.divide(q, norm[:, None], out=np.zeros_like(q), where=norm[:, None] > 0)
-        centres = unit * ((lo + hi) / 2.0)[:, None]
-        radii = (hi - lo) / 2.0
-        centres[~fin] = q[~fin]
-        radii[~fin] = np.inf
-        return centres, radii
+            centres, radii = _poincare().euclidean_ball(
+                torch.from_numpy(q), torch.from_numpy(r), c=self.c
+            )
+        return centres.numpy(), radii.numpy()
 
 
 class ProductIndexSpace(Space):

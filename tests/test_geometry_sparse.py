@@ -46,3 +46,19 @@ def test_fast_gap_is_floored_inside_the_ball():
     g = fast_gap(x, c=1.0)
     assert g[1] == pytest.approx(0.75)
     assert bool((g > 0).all())
+
+
+@pytest.mark.parametrize("c", [0.5, 1.0, 2.5])
+def test_euclidean_ball_is_the_hyperbolic_ball(c):
+    """Points on the Euclidean sphere (centre, radius) are at hyperbolic distance r from x."""
+    gen = torch.Generator().manual_seed(5)
+    x = _points(gen, (6, 4), 14.0) / c**0.5
+    r = torch.rand(6, generator=gen, dtype=torch.float64) * 5 + 0.1
+    centre, radius = poincare.euclidean_ball(x, r, c=c)
+    u = torch.randn(6, 50, 4, generator=gen, dtype=torch.float64)
+    u = u / u.norm(dim=-1, keepdim=True)
+    on_sphere = centre[:, None, :] + radius[:, None, None] * u
+    d = poincare.dist(x[:, None, :], on_sphere, c=c)
+    torch.testing.assert_close(d, r[:, None].expand_as(d), rtol=1e-6, atol=1e-8)
+    c_inf, r_inf = poincare.euclidean_ball(x, torch.full((6,), float("inf"), dtype=torch.float64), c=c)
+    assert torch.equal(c_inf, x) and bool(torch.isinf(r_inf).all())

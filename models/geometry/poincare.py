@@ -68,6 +68,7 @@ __all__ = [
     "dist_from_arg",
     "distance_to_origin",
     "einstein_midpoint",
+    "euclidean_ball",
     "expmap",
     "expmap0",
     "from_klein",
@@ -316,6 +317,36 @@ def radius_to_norm(rho, *, c: Curvature) -> torch.Tensor:
     rho = torch.as_tensor(rho, dtype=None if torch.is_tensor(rho) else torch.float64)
     sc = nm.as_curvature(c, rho).sqrt()
     return torch.tanh(sc * rho / 2) / sc
+
+
+def euclidean_ball(x: torch.Tensor, r: torch.Tensor, *, c: Curvature):
+    r"""Euclidean centre and radius of the hyperbolic ball :math:`B(x, r)`.
+
+    Hyperbolic balls of the Poincaré model are Euclidean balls. Along the ray
+    through :math:`x` the ball spans the signed norms
+    :math:`\tanh(\sqrt c(\rho_x \mp r)/2)/\sqrt c` (:math:`\rho_x` the
+    distance to the origin), so
+
+    .. math::
+
+        \text{centre} = \hat x\,\frac{t_- + t_+}{2},\qquad
+        \text{radius} = \frac{t_+ - t_-}{2},\qquad
+        t_\pm = \tanh(\sqrt c(\rho_x \pm r)/2)/\sqrt c.
+
+    ``x`` (..., d), ``r`` (...) -> centres (..., d), radii (...). An infinite
+    radius gives ``(x, inf)``.
+    """
+    r = torch.as_tensor(r, dtype=x.dtype)
+    rho = distance_to_origin(x, c=c)
+    finite = torch.isfinite(r)
+    rr = torch.where(finite, r, torch.zeros_like(r))
+    lo = radius_to_norm(rho - rr, c=c)  # tanh is odd: signed along x's direction
+    hi = radius_to_norm(rho + rr, c=c)
+    norm = x.norm(dim=-1, keepdim=True)
+    unit = torch.where(norm > 0, x / norm.clamp_min(nm.eps(x.dtype, "norm")), torch.zeros_like(x))
+    centres = torch.where(finite[..., None], unit * ((lo + hi) / 2)[..., None], x)
+    radii = torch.where(finite, (hi - lo) / 2, torch.full_like(r, float("inf")))
+    return centres, radii
 
 
 def expmap0(v: torch.Tensor, *, c: Curvature) -> torch.Tensor:
