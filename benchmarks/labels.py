@@ -51,7 +51,7 @@ def machine() -> str:
                 break
     except OSError:
         pass
-    return f"{os.cpu_count()} cores, {cpu}, torch {torch.__version__}, {torch.get_num_threads()} threads"
+    return f"{os.cpu_count()} cores, {cpu}, torch {torch.__version__}"
 
 
 def run_ours(name: str, tax: Taxonomy, cone_sample: int | None, out_dir: Path) -> dict:
@@ -73,6 +73,7 @@ def run_ours(name: str, tax: Taxonomy, cone_sample: int | None, out_dir: Path) -
         "f1_tuned": tuned["cone_f1"],
         "threshold": best["threshold"],
         "cone_sample": cone_sample,
+        "threads": torch.get_num_threads(),
     }
 
 
@@ -101,12 +102,15 @@ def run_gensim(name: str, tax: Taxonomy, epochs: int) -> dict | None:
         "f1_tuned": evaluate_cones(emb, tol=best["threshold"])["cone_f1"],
         "threshold": best["threshold"],
         "cone_sample": None,
+        "threads": torch.get_num_threads(),
     }
 
 
 def table(rows: list[dict], when: str) -> str:
+    threads = sorted({str(r.get("threads", "?")) for r in rows})
     lines = [
-        f"Measured {when} on {machine()} (`python benchmarks/labels.py`).",
+        f"Measured {when} on {machine()}, {'/'.join(threads)} torch thread(s) "
+        "(`python benchmarks/labels.py`).",
         "",
         "| setting | train minutes | mean rank | MAP | cone F1 (strict, K=0.1) | cone F1 (tuned threshold) |",
         "| --- | ---: | ---: | ---: | ---: | ---: |",
@@ -141,7 +145,28 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     p.add_argument("--out-dir", default=str(ROOT / "var" / "bench"))
     p.add_argument("--write-readme", action="store_true")
+    p.add_argument(
+        "--table-from",
+        nargs="+",
+        metavar="LOG",
+        help="no training: build the table from the JSON rows printed by earlier runs "
+        "(e.g. mammals and nouns run as two processes)",
+    )
+    p.add_argument("--when", default=None, help="date of the runs read with --table-from")
     args = p.parse_args()
+    if args.table_from:
+        rows = []
+        for log in args.table_from:
+            for line in Path(log).read_text(errors="replace").replace("\r", "\n").splitlines():
+                if line.startswith("{") and '"setting"' in line:
+                    row = json.loads(line)
+                    row.setdefault("threads", args.threads or "?")
+                    rows.append(row)
+        text = table(rows, args.when or dt.date.today().isoformat())
+        print(text)
+        if args.write_readme:
+            write_readme(text)
+        return
     if args.threads:
         torch.set_num_threads(args.threads)
     out_dir = Path(args.out_dir)
