@@ -5,16 +5,19 @@ keeps what makes the hierarchy readable and gives up the rest:
 
 * **radius**: each point's hyperbolic distance to the origin ``d(0, x)`` is
   kept, up to one common scale: display radius ``tanh(s * d(0, x) / 2)``, with
-  ``s`` chosen so the farthest point lands at 0.92 of the disk. General labels
-  (near the origin) stay inside, specific ones and items outside them.
-* **angle**: the direction ``x / |x|`` projected onto the two principal axes
-  (uncentred SVD) of the directions of the labels drawn and the query, so
-  that labels far apart in the ball tend to land apart on the disk and items
-  sit by their label.
+  ``s`` chosen so that the farthest point lands at 0.92 of the disk. General
+  labels (near the origin) stay inside, specific labels and items outside them.
+* **angle**: the direction ``x / |x|``, minus the mean direction of the points
+  drawn, projected onto its two principal axes (SVD). Points of one hierarchy
+  tend to share a direction (that is how hierarchies embed), so the uncentred
+  directions would all fall on one ray; centring spreads the differences
+  between branches over the whole circle. Items sit at their label's angle
+  when the model put them near it.
 
-Labels drawn: the query's chain (label up to the root), the labels of the
-results, and the children of the first chain labels that items carry (the
-siblings the hierarchical levels come from), at most :data:`MAX_LABELS`.
+Labels drawn: the query's chain (its label up to the root), the labels of the
+results, and the labels in use under the query label's parent (its siblings),
+at most :data:`MAX_LABELS`; each with an edge to its parent. ``origin`` marks
+the centre of the ball.
 """
 
 from __future__ import annotations
@@ -44,15 +47,16 @@ def layout(rt, ans) -> DiskOut:
         add(c)
     for h in ans.hits:
         add(h.label)
-    used = set(rt.used_labels())
-    for c in chain[:3]:
-        for child in rt.taxonomy.children(c):
-            if child in used or rt.items_under(child) > 0:
+    if len(chain) > 1:
+        for child in sorted(rt.used_under(chain[1])):
+            if chain[1] in rt.taxonomy.parents(child):
                 add(child)
 
-    vecs = [np.asarray(ans.query_vector, dtype=np.float64)]
+    q = np.asarray(ans.query_vector, dtype=np.float64)
+    vecs = [q, np.zeros_like(q)]
     kinds: list[tuple[str, str, str | None, int | None]] = [
-        ("query", "query", ans.query_label, None)
+        ("query", "query", ans.query_label, None),
+        ("origin", "origin", None, None),
     ]
     for h in ans.hits:
         item = rt.index.get(h.id)
@@ -64,24 +68,27 @@ def layout(rt, ans) -> DiskOut:
         vecs.append(rt.label_point(name))
         kinds.append(("label", name, name, None))
     x = torch.from_numpy(np.stack(vecs))
-    radius = poincare.distance_to_origin(x, c=rt.curvature).numpy()
-
-    norms = np.linalg.norm(x.numpy(), axis=1, keepdims=True)
-    dirs = np.divide(x.numpy(), norms, out=np.zeros_like(x.numpy()), where=norms > 0)
-    basis_rows = [0] + [i for i, k in enumerate(kinds) if k[0] == "label"]
-    basis = _plane(dirs[basis_rows] if len(basis_rows) >= 2 else dirs)
-    xy = dirs @ basis  # (n, 2)
+    c = rt.curvature
+    radius = poincare.distance_to_origin(x, c=c).numpy()
+    m = x.numpy()
+    norms = np.linalg.norm(m, axis=1, keepdims=True)
+    dirs = np.divide(m, norms, out=np.zeros_like(m), where=norms > 0)
+    # principal axes of the directions, centred on their mean (points near the
+    # origin, whose direction means little, left out of the fit)
+    fit = [i for i, k in enumerate(kinds) if k[0] != "origin" and radius[i] > 0.5] or [0]
+    mean = dirs[fit].mean(axis=0)
+    basis = _plane(dirs[fit] - mean)
+    xy = (dirs - mean) @ basis  # (n, 2)
     lens = np.linalg.norm(xy, axis=1, keepdims=True)
     xy = np.divide(xy, lens, out=np.zeros_like(xy), where=lens > 1e-12)
 
     rmax = float(radius.max()) if len(radius) else 0.0
     scale = 2 * math.atanh(EDGE) / rmax if rmax > 0 else 1.0
-    shown = np.tanh(scale * radius / 2)
-    pts = xy * shown[:, None]
+    pts = xy * np.tanh(scale * radius / 2)[:, None]
 
     parent_of: dict[str, str | None] = {}
-    for i, c in enumerate(chain):
-        parent_of[c] = chain[i + 1] if i + 1 < len(chain) else None
+    for i, name in enumerate(chain):
+        parent_of[name] = chain[i + 1] if i + 1 < len(chain) else None
     for name in labels:
         if name not in parent_of:
             ps = [p for p in rt.taxonomy.parents(name) if p in labels]

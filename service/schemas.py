@@ -83,6 +83,12 @@ class SearchIn(BaseModel):
         max_length=300,
         description="only items whose label is this taxonomy node (synset or word) or below it",
     )
+    per_level: int | None = Field(
+        default=None,
+        ge=1,
+        le=1000,
+        description="hierarchical mode: at most this many items of each level (the nearest)",
+    )
     disk: bool = Field(default=False, description="add a 2-D Poincaré-disk layout of the answer")
 
     @model_validator(mode="after")
@@ -113,7 +119,7 @@ class HitOut(BaseModel):
 
 
 class DiskPoint(BaseModel):
-    kind: Literal["query", "result", "label"]
+    kind: Literal["query", "result", "label", "origin"]
     name: str = Field(description="item id, label name, or 'query'")
     x: float
     y: float
@@ -123,9 +129,9 @@ class DiskPoint(BaseModel):
 
 
 class DiskOut(BaseModel):
-    """A 2-D layout of the query, the results and the label prototypes around them:
-    hyperbolic distance to the origin kept (scaled into the unit disk), directions
-    projected onto their two principal axes."""
+    """A 2-D layout: the distance from the centre is the hyperbolic distance to
+    the origin (one common scale), angles come from the principal axes of the
+    (centred) directions; labels carry their parent for the tree edges."""
 
     scale: float = Field(description="display radius = tanh(scale * d(0, x) / 2)")
     points: list[DiskPoint]

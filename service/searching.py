@@ -104,6 +104,7 @@ def search(
     mode: str = "nearest",
     under: str | None = None,
     exclude: str | None = None,
+    per_level: int | None = None,
 ) -> Answer:
     """Run one search of the point ``x``; see the module docstring."""
     allowed: set[str] | None = None
@@ -123,7 +124,9 @@ def search(
             raise bad_input("mode: hierarchical search needs a query label")
         chain = rt.chain(query_label)
         names: list[str] = chain
-        if allowed is None:
+        if per_level is not None:
+            hits = _per_level(rt, x, chain, allowed, per_level, want, exclude)
+        elif allowed is None:
 
             def descendants(lab: str) -> set[str]:
                 return rt.used_under(lab)
@@ -134,17 +137,44 @@ def search(
             def descendants(lab: str) -> set[str]:
                 return rt.used_under(lab.removeprefix(_OUTSIDE)) & allowed
 
-        start = offset if exclude is None else 0
-        got = rt.index.search_hierarchical(x, names, descendants, k=want - start, offset=start)
-        for h in got:
-            via = h.via.removeprefix(_OUTSIDE)
-            hits.append(Hit(h.id, float(h.distance), rt.label_of(h.id), int(h.level), via))
+        if per_level is None:
+            start = offset if exclude is None else 0
+            got = rt.index.search_hierarchical(x, names, descendants, k=want - start, offset=start)
+            for h in got:
+                via = h.via.removeprefix(_OUTSIDE)
+                hits.append(Hit(h.id, float(h.distance), rt.label_of(h.id), int(h.level), via))
     else:
         raise bad_input(f"mode: must be nearest or hierarchical, got {mode!r}")
     if exclude is not None:
         hits = [h for h in hits if h.id != exclude]
     hits = hits[offset - start : offset - start + k]
     return Answer(query_label, x, float(rt.distance_to_origin(x)), hits, chain)
+
+
+def _per_level(rt, x, chain, allowed, per_level: int, want: int, exclude: str | None) -> list[Hit]:
+    """Hierarchical order with at most ``per_level`` items of each level: level ``i``
+    is a k-NN over the items under ``chain[i]`` and not under ``chain[i-1]``."""
+    hits: list[Hit] = []
+    seen: set[str] = set()
+    for lvl, lab in enumerate(chain):
+        if len(hits) >= want:
+            break
+        below = rt.used_under(lab)
+        level_labels = below - seen
+        seen |= below
+        if allowed is not None:
+            level_labels &= allowed
+        if not level_labels:
+            continue
+        take = min(per_level, want - len(hits)) + (1 if exclude is not None else 0)
+        ids, dists = rt.index.search(x, k=take, under=level_labels)
+        got = [
+            Hit(i, float(d), rt.label_of(i), lvl, lab)
+            for i, d in zip(ids[0].tolist(), dists[0].tolist(), strict=True)
+            if i != exclude
+        ]
+        hits += got[: min(per_level, want - len(hits))]
+    return hits
 
 
 def check_window(k: int, offset: int, settings) -> None:

@@ -131,6 +131,18 @@ def test_hierarchical_levels_in_order(client, rt):
     assert all(h["label"] == "gym_shoe.n.01" for h in hits if h["level"] == 0)
 
 
+def test_hierarchical_per_level(client, rt):
+    body = {"label": "sandal", "mode": "hierarchical", "k": 1000, "per_level": 4}
+    hits = client.post("/v1/search", json=body).json()["results"]
+    levels = [h["level"] for h in hits]
+    assert levels == sorted(levels) and len(set(levels)) >= 3
+    assert all(levels.count(v) <= 4 for v in set(levels))
+    full = client.post("/v1/search", json={**body, "per_level": None, "k": 1000}).json()["results"]
+    for lvl in set(levels):  # each level's few are that level's nearest
+        want = [h["id"] for h in full if h["level"] == lvl][:4]
+        assert [h["id"] for h in hits if h["level"] == lvl] == want
+
+
 def test_nearest_mode_has_null_level_and_ascending_distances(client):
     hits = client.post("/v1/search", json={"label": "coat", "k": 20}).json()["results"]
     assert len(hits) == 20
@@ -196,11 +208,14 @@ def test_disk_layout(client):
     kinds = [p["kind"] for p in pts]
     assert kinds.count("query") == 1 and kinds.count("result") == 8 and "label" in kinds
     assert all(p["x"] ** 2 + p["y"] ** 2 < 1 for p in pts)
+    # the hierarchy stays readable: every label is drawn farther out than its parent
     labels = {p["name"]: p for p in pts if p["kind"] == "label"}
-    # the hierarchy stays readable: a parent is drawn nearer the centre than its child
-    child = labels["gym_shoe.n.01"]
-    parent = labels[child["parent"]]
-    assert parent["x"] ** 2 + parent["y"] ** 2 < child["x"] ** 2 + child["y"] ** 2
+    chain = [n for n in ("gym_shoe.n.01", "shoe.n.01", "footwear.n.02") if n in labels]
+    assert len(chain) == 3 and labels["gym_shoe.n.01"]["parent"] == "shoe.n.01"
+    r = {n: (labels[n]["x"] ** 2 + labels[n]["y"] ** 2) ** 0.5 for n in chain}
+    assert r["footwear.n.02"] < r["shoe.n.01"] < r["gym_shoe.n.01"]
+    origin = next(p for p in pts if p["kind"] == "origin")
+    assert origin["x"] == 0 and origin["y"] == 0
     assert "disk" not in client.post("/v1/search", json={"label": "sneaker"}).json()
 
 

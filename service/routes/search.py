@@ -91,6 +91,7 @@ def search(body: SearchIn, rt: RuntimeDep, settings: SettingsDep) -> SearchOut:
         mode=body.mode,
         under=body.under,
         exclude=exclude,
+        per_level=body.per_level,
     )
     return _answer(rt, ans, body.disk)
 
@@ -130,6 +131,7 @@ def search_image(
     mode: Mode = "nearest",
     offset: Annotated[int, Query(ge=0, le=9999)] = 0,
     under: Annotated[str | None, Query(min_length=1, max_length=300)] = None,
+    per_level: Annotated[int | None, Query(ge=1, le=1000)] = None,
     disk: bool = False,
 ) -> SearchOut:
     """The picture is embedded by the model (micro-batched with concurrent
@@ -138,7 +140,9 @@ def search_image(
     searching.check_window(k, offset, settings)
     x = searching.check_vector(rt, embed_upload(file, settings, batcher), "file")
     qlabel = rt.nearest_used_labels(x[None])[0]
-    ans = searching.search(rt, x, qlabel, k=k, offset=offset, mode=mode, under=under)
+    ans = searching.search(
+        rt, x, qlabel, k=k, offset=offset, mode=mode, under=under, per_level=per_level
+    )
     return _answer(rt, ans, disk)
 
 

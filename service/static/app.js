@@ -1,0 +1,398 @@
+// hypsearch page: search by label (with autocompletion) or by picture; results grouped by
+// level; a Poincaré-disk picture of the answer. Plain JavaScript, no build step.
+"use strict";
+
+const $ = (sel) => document.querySelector(sel);
+const form = $("#search-form");
+const input = $("#q");
+const list = $("#suggestions");
+const message = $("#message");
+const answer = $("#answer");
+const results = $("#results");
+const summary = $("#summary");
+const disk = $("#disk");
+const drop = $("#drop");
+const fileInput = $("#file");
+const queryPicture = $("#query-picture");
+const SVG = "http://www.w3.org/2000/svg";
+const LEVEL_COLORS = ["var(--level0)", "var(--level1)", "var(--level2)", "var(--level3)"];
+
+// ------------------------------------------------------------------ helpers
+
+function mode() {
+  return document.querySelector('input[name="mode"]:checked').value;
+}
+
+function setMode(m) {
+  const el = document.querySelector(`input[name="mode"][value="${m}"]`);
+  if (el) el.checked = true;
+}
+
+function k() {
+  const v = parseInt($("#k").value, 10);
+  return Number.isFinite(v) ? Math.min(Math.max(v, 1), 200) : 12;
+}
+
+// hierarchical mode shows the nearest few of every level; nearest mode the k nearest
+function sizing() {
+  return mode() === "hierarchical" ? { k: 1000, per_level: k() } : { k: k() };
+}
+
+function syncSizeLabel() {
+  $("#k-label").textContent = mode() === "hierarchical" ? "Per level" : "Results";
+}
+
+function shortName(label) {
+  if (!label) return "(no label)";
+  const m = /^(.+)\.[a-z]\.\d+$/.exec(label);
+  return (m ? m[1] : label).replace(/_/g, " ");
+}
+
+function levelTitle(level, via, queryLabel) {
+  if (level === null || level === undefined) return ["Nearest items", ""];
+  const under = `under ${shortName(via)}`;
+  if (level === 0) return ["Same class", `${shortName(via || queryLabel)}`];
+  if (level === 1) return ["Siblings", under];
+  if (level === 2) return ["Cousins", under];
+  return [`Level ${level}`, under];
+}
+
+function levelColor(level) {
+  if (level === null || level === undefined) return LEVEL_COLORS[0];
+  return LEVEL_COLORS[Math.min(level, LEVEL_COLORS.length - 1)];
+}
+
+function showMessage(text, { error = false, suggestions = [] } = {}) {
+  message.hidden = false;
+  message.className = error ? "error" : "";
+  message.textContent = text;
+  if (suggestions.length) {
+    message.append(" Try:");
+    for (const s of suggestions) {
+      const b = document.createElement("button");
+      b.type = "button";
+      b.textContent = s;
+      b.addEventListener("click", () => { input.value = s; searchLabel(s); });
+      message.append(b);
+    }
+  }
+}
+
+function clearMessage() {
+  message.hidden = true;
+  message.textContent = "";
+}
+
+async function api(path, options = {}) {
+  const r = await fetch(path, options);
+  let body = null;
+  try { body = await r.json(); } catch (e) { body = null; }
+  if (!r.ok) {
+    const detail = body && body.detail ? body.detail : `${r.status} ${r.statusText}`;
+    const err = new Error(typeof detail === "string" ? detail : JSON.stringify(detail));
+    err.suggestions = (body && body.suggestions) || [];
+    throw err;
+  }
+  return body;
+}
+
+// ------------------------------------------------------------------ autocompletion
+
+let completeTimer = null;
+let completeSeq = 0;
+let active = -1;
+
+function closeList() {
+  list.hidden = true;
+  list.innerHTML = "";
+  active = -1;
+  input.setAttribute("aria-expanded", "false");
+}
+
+function highlight(i) {
+  const items = [...list.children];
+  items.forEach((li, j) => li.setAttribute("aria-selected", j === i ? "true" : "false"));
+  active = i;
+}
+
+async function complete(prefix) {
+  const seq = ++completeSeq;
+  if (!prefix.trim()) { closeList(); return; }
+  let names = [];
+  try {
+    names = await api(`/v1/labels?prefix=${encodeURIComponent(prefix)}&limit=12`);
+  } catch (e) { return; }
+  if (seq !== completeSeq) return; // a newer keystroke won
+  list.innerHTML = "";
+  for (const name of names) {
+    const li = document.createElement("li");
+    li.setAttribute("role", "option");
+    li.textContent = name;
+    li.addEventListener("mousedown", (ev) => { ev.preventDefault(); choose(name); });
+    list.append(li);
+  }
+  list.hidden = names.length === 0;
+  input.setAttribute("aria-expanded", names.length ? "true" : "false");
+  active = -1;
+}
+
+function choose(name) {
+  input.value = name;
+  closeList();
+  searchLabel(name);
+}
+
+input.addEventListener("input", () => {
+  clearTimeout(completeTimer);
+  completeTimer = setTimeout(() => complete(input.value), 120);
+});
+input.addEventListener("keydown", (ev) => {
+  const n = list.children.length;
+  if (list.hidden || !n) return;
+  if (ev.key === "ArrowDown") { ev.preventDefault(); highlight((active + 1) % n); }
+  else if (ev.key === "ArrowUp") { ev.preventDefault(); highlight((active - 1 + n) % n); }
+  else if (ev.key === "Enter" && active >= 0) { ev.preventDefault(); choose(list.children[active].textContent); }
+  else if (ev.key === "Escape") closeList();
+});
+input.addEventListener("blur", () => setTimeout(closeList, 150));
+
+// ------------------------------------------------------------------ searching
+
+let lastQuery = null; // {kind: "label", text} or {kind: "image", file}
+
+function setBusy(busy) {
+  results.dataset.state = busy ? "loading" : "done";
+  $("#go").disabled = busy;
+}
+
+async function searchLabel(text) {
+  text = (text || "").trim();
+  if (!text) { showMessage("Type a label name, such as sneaker, footwear or bag."); return; }
+  lastQuery = { kind: "label", text };
+  closeList();
+  clearMessage();
+  queryPicture.hidden = true;
+  const params = new URLSearchParams({ q: text, mode: mode() });
+  history.replaceState(null, "", `/?${params}`);
+  setBusy(true);
+  try {
+    const body = await api("/v1/search", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ label: text, mode: mode(), ...sizing(), disk: true }),
+    });
+    render(body, `label “${text}”`);
+  } catch (e) {
+    answer.hidden = true;
+    showMessage(e.message, { error: true, suggestions: e.suggestions });
+  } finally {
+    setBusy(false);
+  }
+}
+
+async function searchImage(file) {
+  if (!file) return;
+  lastQuery = { kind: "image", file };
+  clearMessage();
+  closeList();
+  queryPicture.src = URL.createObjectURL(file);
+  queryPicture.hidden = false;
+  history.replaceState(null, "", "/");
+  setBusy(true);
+  const data = new FormData();
+  data.append("file", file, file.name || "picture");
+  const size = sizing();
+  const params = new URLSearchParams({ k: String(size.k), mode: mode(), disk: "true" });
+  if (size.per_level) params.set("per_level", String(size.per_level));
+  try {
+    const body = await api(`/v1/search/image?${params}`, { method: "POST", body: data });
+    render(body, `your picture (${file.name || "dropped"})`);
+  } catch (e) {
+    answer.hidden = true;
+    showMessage(e.message, { error: true });
+  } finally {
+    setBusy(false);
+  }
+}
+
+form.addEventListener("submit", (ev) => { ev.preventDefault(); searchLabel(input.value); });
+for (const r of document.querySelectorAll('input[name="mode"]')) {
+  r.addEventListener("change", () => {
+    syncSizeLabel();
+    if (!lastQuery) return;
+    if (lastQuery.kind === "label") searchLabel(lastQuery.text); else searchImage(lastQuery.file);
+  });
+}
+fileInput.addEventListener("change", () => searchImage(fileInput.files[0]));
+drop.addEventListener("dragover", (ev) => { ev.preventDefault(); drop.classList.add("over"); });
+drop.addEventListener("dragleave", () => drop.classList.remove("over"));
+drop.addEventListener("drop", (ev) => {
+  ev.preventDefault();
+  drop.classList.remove("over");
+  const f = ev.dataTransfer && ev.dataTransfer.files && ev.dataTransfer.files[0];
+  if (f) searchImage(f);
+});
+
+// ------------------------------------------------------------------ rendering
+
+function itemImage(id) {
+  return `/v1/items/${encodeURIComponent(id)}/image`;
+}
+
+function render(body, what) {
+  answer.hidden = false;
+  const q = body.query;
+  summary.innerHTML = "";
+  const s = document.createElement("span");
+  s.innerHTML = `Results for <strong></strong>: query label <strong class="qlabel"></strong>, `
+    + `distance to the origin ${q.distance_to_origin.toFixed(3)}; ${body.results.length} items.`;
+  s.querySelector("strong").textContent = what;
+  const ql = s.querySelector(".qlabel");
+  ql.textContent = q.label || "none";
+  ql.id = "query-label";
+  summary.append(s);
+
+  results.innerHTML = "";
+  const groups = new Map();
+  for (const hit of body.results) {
+    const key = hit.level === null || hit.level === undefined ? "nearest" : String(hit.level);
+    if (!groups.has(key)) groups.set(key, []);
+    groups.get(key).push(hit);
+  }
+  if (!body.results.length) {
+    const p = document.createElement("p");
+    p.textContent = "No items.";
+    results.append(p);
+  }
+  for (const [key, hits] of groups) {
+    const level = key === "nearest" ? null : Number(key);
+    const section = document.createElement("section");
+    section.className = "group";
+    section.dataset.level = key;
+    const h = document.createElement("h2");
+    const [title, sub] = levelTitle(level, hits[0].via, q.label);
+    const badge = document.createElement("span");
+    badge.className = "badge";
+    badge.style.background = levelColor(level);
+    badge.textContent = level === null ? "k" : String(level);
+    const t = document.createElement("span");
+    t.textContent = title;
+    const v = document.createElement("span");
+    v.className = "via";
+    v.textContent = `${sub} · ${hits.length} shown`;
+    h.append(badge, t, v);
+    const grid = document.createElement("div");
+    grid.className = "grid";
+    for (const hit of hits) grid.append(hitCard(hit));
+    section.append(h, grid);
+    results.append(section);
+  }
+  drawDisk(body.disk);
+}
+
+function hitCard(hit) {
+  const fig = document.createElement("figure");
+  fig.className = "hit";
+  fig.dataset.id = hit.id;
+  fig.title = `${hit.id}\n${hit.label || ""}\ndistance ${hit.distance.toFixed(4)}`;
+  const img = document.createElement("img");
+  img.loading = "lazy";
+  img.alt = `${shortName(hit.label)} (${hit.id})`;
+  img.src = itemImage(hit.id);
+  img.addEventListener("error", () => {
+    const ph = document.createElement("div");
+    ph.className = "noimg";
+    ph.textContent = "no picture";
+    img.replaceWith(ph);
+  });
+  const cap = document.createElement("figcaption");
+  const lab = document.createElement("div");
+  lab.className = "label";
+  lab.textContent = shortName(hit.label);
+  const dist = document.createElement("div");
+  dist.className = "dist";
+  dist.textContent = `d = ${hit.distance.toFixed(3)}`;
+  cap.append(lab, dist);
+  fig.append(img, cap);
+  return fig;
+}
+
+function svg(tag, attrs, parent) {
+  const el = document.createElementNS(SVG, tag);
+  for (const [a, v] of Object.entries(attrs)) el.setAttribute(a, v);
+  if (parent) parent.append(el);
+  return el;
+}
+
+function drawDisk(d) {
+  disk.innerHTML = "";
+  svg("circle", { cx: 0, cy: 0, r: 1, class: "boundary" }, disk);
+  if (!d) return;
+  const byName = new Map();
+  for (const p of d.points) if (p.kind === "label") byName.set(p.name, p);
+  // y grows downwards in SVG: flip it
+  const X = (p) => p.x;
+  const Y = (p) => -p.y;
+  const tree = svg("g", { class: "tree" }, disk);
+  for (const p of byName.values()) {
+    const parent = p.parent && byName.get(p.parent);
+    if (parent) svg("line", { x1: X(p), y1: Y(p), x2: X(parent), y2: Y(parent) }, tree);
+  }
+  const res = svg("g", { class: "results" }, disk);
+  for (const p of d.points.filter((p) => p.kind === "result")) {
+    const c = svg("circle", { cx: X(p), cy: Y(p), r: 0.017, class: "result", fill: levelColor(p.level) }, res);
+    svg("title", {}, c).textContent = `${p.name} · ${p.label || ""}`;
+  }
+  const labels = svg("g", { class: "labels" }, disk);
+  for (const p of byName.values()) {
+    const g = svg("g", { class: "label" }, labels);
+    svg("circle", { cx: X(p), cy: Y(p), r: 0.013 }, g);
+    const t = svg("text", { x: X(p) + 0.02, y: Y(p) + 0.012 }, g);
+    t.textContent = shortName(p.name);
+    svg("title", {}, g).textContent = p.name;
+  }
+  const o = d.points.find((p) => p.kind === "origin");
+  if (o) {
+    const g = svg("g", { class: "origin" }, disk);
+    svg("path", { d: `M${X(o) - 0.025},${Y(o)}h0.05M${X(o)},${Y(o) - 0.025}v0.05` }, g);
+    const t = svg("text", { x: X(o) + 0.03, y: Y(o) - 0.02 }, g);
+    t.textContent = "origin";
+    svg("title", {}, g).textContent = "the origin of the ball";
+  }
+  const q = d.points.find((p) => p.kind === "query");
+  if (q) {
+    const star = svg("path", { class: "query", d: starPath(X(q), Y(q), 0.04, 0.017) }, disk);
+    svg("title", {}, star).textContent = `query · ${q.label || ""}`;
+  }
+}
+
+function starPath(cx, cy, r1, r2) {
+  let dpath = "";
+  for (let i = 0; i < 10; i++) {
+    const r = i % 2 ? r2 : r1;
+    const a = Math.PI / 2 + (i * Math.PI) / 5;
+    dpath += `${i ? "L" : "M"}${(cx + r * Math.cos(a)).toFixed(4)},${(cy - r * Math.sin(a)).toFixed(4)}`;
+  }
+  return dpath + "Z";
+}
+
+// ------------------------------------------------------------------ start
+
+async function start() {
+  api("/v1/stats").then((s) => {
+    $("#stats").textContent = `${s.items.toLocaleString()} items · ${s.labels} labels in use · dim ${s.dim}`;
+  }).catch(() => {});
+  const params = new URLSearchParams(location.search);
+  if (params.get("mode")) setMode(params.get("mode"));
+  syncSizeLabel();
+  if (params.get("k")) $("#k").value = params.get("k");
+  const q = params.get("q");
+  if (q) {
+    input.value = q;
+    await searchLabel(q);
+  } else {
+    results.dataset.state = "idle";
+  }
+}
+
+start();
