@@ -23,9 +23,11 @@ Euclidean twin). Definitions (``q`` a query of class ``c``, ranked list
   the 50 test images nearest to its label prototype.
 * **OOD AUROC**: Fashion-MNIST test images (positive) against the
   handwritten digits bundled with scikit-learn (8x8, upscaled by the model's
-  preprocessing), scored by distance to the origin (Khrulkov et al. 2020) and
-  by the maximum softmax probability over the trained classes' prototypes
-  (logits :math:`-d/\tau`).
+  preprocessing), scored by distance to the origin (Khrulkov et al. 2020),
+  by distance to the head's base point (where a zero feature vector lands;
+  for the Euclidean twin both are the norm of its vectors) and by the maximum
+  softmax probability over the trained classes' prototypes (logits
+  :math:`-d/\tau`).
 * **δ_rel** of the encoder's features (Euclidean, before the head) and the
   curvature it suggests (:func:`models.geometry.delta.delta_hyperbolicity`).
 """
@@ -264,10 +266,12 @@ def evaluate_model(
             protos = model.prototypes(seen)
             tau = float(model.config.get("tau", 1.0))
             r_in, r_out = space.to_origin(z).numpy(), space.to_origin(zo).numpy()
+            b_in, b_out = space.to_base(z).numpy(), space.to_base(zo).numpy()
             out["ood"] = {
                 "dataset": "sklearn-digits",
                 "images": int(len(digits)),
                 "auroc_radius": auroc(r_in, r_out),
+                "auroc_base": auroc(b_in, b_out),
                 "auroc_msp": auroc(_msp(z, protos, space, tau), _msp(zo, protos, space, tau)),
                 "mean_radius_in": float(r_in.mean()),
                 "mean_radius_ood": float(r_out.mean()),

@@ -57,6 +57,9 @@ class Space:
     def to_origin(self, x: torch.Tensor) -> torch.Tensor:  # (n, D) -> (n,)
         raise NotImplementedError
 
+    def to_base(self, x: torch.Tensor) -> torch.Tensor:  # (n, D) -> (n,), from the head's base point
+        raise NotImplementedError
+
     def from_ball(self, p: torch.Tensor) -> torch.Tensor:
         """Label points of the Poincaré ball -> prototypes in this space."""
         raise NotImplementedError
@@ -68,8 +71,14 @@ class Space:
 class PoincareSpace(Space):
     name = "poincare"
 
-    def __init__(self, curvature: float):
+    def __init__(self, curvature: float, base: torch.Tensor | None = None):
         self.c = float(curvature)
+        self.base = base  # the head's base point (where a zero feature lands)
+
+    def to_base(self, x):
+        if self.base is None:
+            return self.to_origin(x)
+        return poincare.dist(self.base.to(x.dtype).expand_as(x), x, c=self.c)
 
     def pairwise(self, x, y):
         return poincare.pairwise_dist(x, y, c=self.c)
@@ -111,6 +120,9 @@ class EuclideanSpace(Space):
     def to_origin(self, x):
         return nm.safe_norm(x)
 
+    def to_base(self, x):  # the twin's vectors are tangent vectors at the base point
+        return nm.safe_norm(x)
+
     def from_ball(self, p):
         if self.base is not None:
             p = poincare.mobius_add(-self.base.to(p.dtype).expand_as(p), p, c=self.c)
@@ -122,7 +134,7 @@ class EuclideanSpace(Space):
 
 def make_space(geometry: str, curvature: float, base: torch.Tensor | None = None) -> Space:
     if geometry == "poincare":
-        return PoincareSpace(curvature)
+        return PoincareSpace(curvature, base)
     if geometry == "euclidean":
         return EuclideanSpace(curvature, base)
     raise ValueError(f"unknown geometry {geometry!r} (poincare or euclidean)")

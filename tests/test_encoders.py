@@ -97,7 +97,7 @@ def _fit(loss_fn, steps=60, dim=4, seed=0):
         opt.zero_grad()
         loss.backward()
         opt.step()
-        values.append(float(loss))
+        values.append(float(loss.detach()))
     return values
 
 

@@ -191,3 +191,52 @@ def test_holdout_classes_never_seen(labels):
     assert model.holdout == ["sandal.n.01"]
     assert "sandal.n.01" not in model.seen_classes and len(model.seen_classes) == 9
     assert model.metrics["train_images"] + model.metrics["val_images"] == int((real.targets[:3000] != 5).sum())
+
+
+def _shapes_folder(root, n=24, size=40, seed=0):
+    """Two classes of synthetic RGB pictures: light squares and light crosses on dark."""
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    for cls in ("boots", "sandals"):
+        (root / cls).mkdir(parents=True)
+        for i in range(n):
+            a = rng.integers(0, 40, (size, size, 3)).astype(np.uint8)
+            c = rng.integers(10, size - 10, 2)
+            if cls == "boots":
+                a[c[0] - 6 : c[0] + 6, c[1] - 6 : c[1] + 6] = 220
+            else:
+                a[c[0] - 8 : c[0] + 8, c[1] - 1 : c[1] + 2] = 220
+                a[c[0] - 1 : c[0] + 2, c[1] - 8 : c[1] + 8] = 220
+            Image.fromarray(a).save(root / cls / f"{i:03d}.png")
+
+
+def test_user_folder_with_resnet_and_unlabelled_manifest(labels, tmp_path):
+    pytest.importorskip("PIL", reason="Pillow is needed to read image files")
+    torch.set_num_threads(1)
+    _shapes_folder(tmp_path / "imgs")
+    cfg = TrainConfig(
+        dataset=None, images=str(tmp_path / "imgs"), class_map={"boots": "boot.n.01", "sandals": "sandal.n.01"},
+        encoder="resnet18", widths=[4], input_size=32, epochs=4, batch_size=16, warmup_iters=2,
+        lr=3e-3, val_fraction=0.0, time_budget=None,
+    )
+    model = train(cfg, labels, progress=False)
+    hist = model.metrics["history"]
+    assert hist[-1]["loss"] < hist[0]["loss"]
+    assert model.preprocess.channels == 3 and model.preprocess.size == 32
+    assert model.class_map == {"boots": "boot.n.01", "sandals": "sandal.n.01"}
+    z = model.embed([np.zeros((50, 70, 3), np.uint8), np.zeros((20, 20), np.uint8)])
+    assert z.shape == (2, labels.dim)
+
+    # NT-Xent on an unlabelled manifest (no class map, no prototypes)
+    rows = ["id,path"] + [f"u{i},imgs/boots/{i:03d}.png" for i in range(12)]
+    rows += [f"v{i},imgs/sandals/{i:03d}.png" for i in range(12)]
+    (tmp_path / "m.csv").write_text("\n".join(rows) + "\n")
+    cfg = TrainConfig(
+        dataset=None, images=str(tmp_path / "m.csv"), loss="ntxent", tau=0.5, dim=4,
+        widths=[4, 8, 8, 8], input_size=28, epochs=3, batch_size=12, warmup_iters=1, val_fraction=0.0,
+        time_budget=None,
+    )
+    m2 = train(cfg, labels, progress=False)
+    assert m2.dim == 4 and m2.head_cfg.clip_r == pytest.approx(2.3)
+    assert all(np.isfinite(h["loss"]) for h in m2.metrics["history"])
