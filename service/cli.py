@@ -275,155 +275,6 @@ def cmd_train(args: argparse.Namespace) -> int:
     from models.data import DataError, read_class_map
     from models.train import TrainConfig, TrainError, train
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    if args.images is None and args.dataset is None:
-        raise CliError("give --dataset fashion-mnist or --images DIR|MANIFEST.csv")
-    labels = _load_labels(args.labels)
-    class_map = read_class_map(args.class_map) if args.class_map else None
-    cfg = TrainConfig(
-        dataset=args.dataset if args.images is None else None,
-        data_dir=args.data_dir,
-        images=args.images,
-        class_map=class_map,
-        holdout=_holdout_list(args.holdout),
-        limit=args.limit,
-        encoder=args.encoder,
-        backbone=args.backbone,
-        geometry=args.geometry,
-        dim=args.dim,
-        mobius=args.mobius,
-        loss=args.loss,
-        seed=args.seed,
-    )
-    if args.epochs is not None:
-        cfg.epochs = args.epochs
-    if args.batch_size is not None:
-        cfg.batch_size = args.batch_size
-    if args.lr is not None:
-        cfg.lr = args.lr
-    if args.input_size is not None:
-        cfg.input_size = args.input_size
-    out = Path(args.out)
-    if out.exists() and out.is_dir():
-        raise CliError(f"--out {out}: is a directory")
-    partial = out.with_name(out.name + ".partial")
-    if args.restart:
-        partial.unlink(missing_ok=True)
-    elif partial.exists() and not args.quiet:
-        print(f"resuming the unfinished run in {partial}", file=sys.stderr)
-    try:
-        model = train(cfg, labels, progress=not args.quiet, checkpoint_path=partial)
-    except (TrainError, DataError) as e:
-        raise CliError(str(e)) from None
-    version = model.save(out)
-    partial.unlink(missing_ok=True)
-    m = model.metrics
-    result = {
-        "out": str(out),
-        "version": version,
-        "encoder": model.encoder_cfg.name,
-        "geometry": model.geometry,
-        "dim": model.dim,
-        "curvature": model.curvature,
-        "classes": len(model.classes),
-        "holdout": model.holdout,
-        "epochs": m.get("epochs"),
-        "train_images": m.get("train_images"),
-        "loss": m.get("loss"),
-        "val_acc": m.get("val_acc", m.get("val_r1")),
-        "train_seconds": m.get("train_seconds"),
-    }
-    _emit(
-        args,
-        result,
-        lambda r: (
-            f"trained {r['encoder']} ({r['geometry']}, dim {r['dim']}) on {r['train_images']} images, "
-            f"{r['epochs']} epochs in {r['train_seconds']:.0f} s (loss {r['loss']:.4f}, validation "
-            f"{r['val_acc'] if r['val_acc'] is not None else float('nan'):.4f}); wrote {r['out']}"
-        ),
-    )
-    return 0
-
-
-def cmd_eval(args: argparse.Namespace) -> int:
-    import torch
-
-    from models.data import load_dataset, read_class_map
-    from models.evaluate import evaluate_model
-    from models.image_model import ImageModel
-
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    if not Path(args.model).exists():
-        raise CliError(f"--model {args.model}: no such file")
-    model = ImageModel.load(args.model)
-    class_map = read_class_map(args.class_map) if args.class_map else None
-    if args.images is None and args.dataset is None:
-        raise CliError("give --dataset fashion-mnist or --images DIR|MANIFEST.csv")
-    data = load_dataset(
-        args.dataset if args.images is None else None,
-        split=args.split,
-        data_dir=args.data_dir,
-        images=args.images,
-        class_map=class_map,
-        taxonomy=model.labels.taxonomy,
-    )
-    if args.limit is not None and args.limit < len(data.ids):
-        from models.data import ImageSet, split_indices
-
-        keep, _ = split_indices(data.targets, 1 - args.limit / len(data.ids), 0)
-        imgs = data.images[keep] if hasattr(data.images, "shape") else [data.images[i] for i in keep]
-        data = ImageSet(imgs, data.targets[keep], data.classes, [data.ids[i] for i in keep])
-    missing = [n for _, n in data.classes if n not in model.labels.taxonomy]
-    if missing:
-        raise CliError(f"class {missing[0]!r} of the data is not in the model's taxonomy")
-    if (data.targets >= 0).sum() < 2:
-        raise CliError("need at least 2 labelled images to evaluate")
-    result = evaluate_model(model, data, ood=not args.no_ood, delta=not args.no_delta, progress=not args.quiet)
-    result |= {"model": str(args.model), "version": model.version, "split": args.split}
-
-    def human(r: dict) -> str:
-        parts = [f"recall@{k}={r[f'recall@{k}']:.4f}" for k in (1, 5, 10)]
-        parts.append(f"map@r={r['map@r']:.4f}")
-        parts += [f"hop{h}_map@50={v:.4f}" for h, v in r["hop_map@50"].items()]
-        parts += [f"hier_hit@1={r['hier_hit@1']:.4f}", f"nearest_label_acc={r['nearest_label_acc']:.4f}"]
-        if "zero_shot" in r:
-            parts.append(f"zero_shot_hier_hit@1={r['zero_shot']['hier_hit@1']:.4f}")
-        if "auroc_radius" in r.get("ood", {}):
-            parts.append(f"ood_auroc_radius={r['ood']['auroc_radius']:.4f}")
-        return " ".join(parts)
-
-    _emit(args, result, human)
-    return 0
-
-
-# ---------------------------------------------------------------- train / eval (images)
-
-
-def _load_labels(path: str):
-    from models.labels import LabelEmbedding
-
-    if not Path(path).exists():
-        raise CliError(f"--labels {path}: no such file")
-    return LabelEmbedding.load(path)
-
-
-def _holdout_list(text: str | None) -> list[str]:
-    if not text:
-        return []
-    names = [h.strip() for h in text.split(",") if h.strip()]
-    if not names:
-        raise CliError(f"--holdout {text!r}: no class names")
-    return names
-
-
-def cmd_train(args: argparse.Namespace) -> int:
-    import torch
-
-    from models.data import DataError, read_class_map
-    from models.train import TrainConfig, TrainError, train
-
     if args.images is None and args.dataset is None:
         raise CliError("give --dataset fashion-mnist or --images DIR|MANIFEST.csv")
     labels = _load_labels(args.labels)
@@ -674,67 +525,6 @@ def build_parser() -> argparse.ArgumentParser:
     tn.add_argument("--data-dir", default=DEFAULT_FASHION_MNIST_DIR)
     tn.add_argument("--class-map", help="class<TAB>taxonomy node per line (for --images)")
     tn.add_argument("--dim", type=_positive_int, default=None, help="embedding dimension (default: the labels')")
-    tn.add_argument("--epochs", type=_nonneg_int, default=None, help="default 15")
-    tn.add_argument("--holdout", help="classes (synset names) kept out of training, comma separated")
-    tn.add_argument("--loss", default="prototype", choices=["prototype", "margin", "pairwise", "circle", "ntxent"])
-    tn.add_argument("--geometry", default="poincare", choices=["poincare", "euclidean"])
-    tn.add_argument("--encoder", default="conv4", choices=["conv4", "resnet18"])
-    tn.add_argument("--backbone", help="pretrained backbone state dict (.safetensors or .pt, weights only)")
-    tn.add_argument("--mobius", action="store_true", help="add a Mobius linear layer to the head")
-    tn.add_argument("--input-size", type=_positive_int, default=None, help="model input size in pixels")
-    tn.add_argument("--batch-size", type=_positive_int, default=None)
-    tn.add_argument("--lr", type=_positive_float, default=None)
-    tn.add_argument("--limit", type=_positive_int, default=None, help="train on this many images only")
-    tn.add_argument("--threads", type=_positive_int, default=None, help="torch threads")
-    tn.add_argument("--seed", type=int, default=0)
-    tn.add_argument("--restart", action="store_true", help="ignore an unfinished OUT.partial")
-    common(tn)
-    tn.set_defaults(func=cmd_train)
-
-    # eval (images)
-    ev2 = sub.add_parser(
-        "eval",
-        help="retrieval, hierarchy, zero-shot and OOD metrics of an image model",
-        description="Recall@1/5/10 and mAP@R (each image queried against the rest), hop mAP@50 at "
-        "0/2/4 hops, hierarchical Hit@k, nearest-label accuracy, zero-shot metrics of held-out "
-        "classes, AUROC of distance to the origin against an out-of-distribution set, and the "
-        "delta-hyperbolicity of the encoder's features.",
-    )
-    esrc = ev2.add_mutually_exclusive_group()
-    esrc.add_argument("--dataset", choices=["fashion-mnist"])
-    esrc.add_argument("--images", help="a folder DIR/<class>/<images> or a CSV manifest id,path,label")
-    ev2.add_argument("--model", required=True, help="model checkpoint")
-    ev2.add_argument("--split", default="test", choices=["train", "test"])
-    ev2.add_argument("--data-dir", default=DEFAULT_FASHION_MNIST_DIR)
-    ev2.add_argument("--class-map", help="class<TAB>taxonomy node per line (for --images)")
-    ev2.add_argument("--limit", type=_positive_int, default=None, help="evaluate on this many images only")
-    ev2.add_argument("--no-ood", action="store_true", help="skip the out-of-distribution AUROC")
-    ev2.add_argument("--no-delta", action="store_true", help="skip the delta-hyperbolicity of the features")
-    ev2.add_argument("--threads", type=_positive_int, default=None, help="torch threads")
-    common(ev2)
-    ev2.set_defaults(func=cmd_eval)
-
-    # serve, index build (service/commands.py)
-    from service.commands import add_demo_options, add_service_commands
-
-    add_service_commands(sub, common)
-
-    # train (images)
-    tn = sub.add_parser(
-        "train",
-        help="train the image encoder against label embeddings",
-        description="Train an image encoder whose embeddings are points of the Poincare ball next to "
-        "the label embeddings of their classes. Progress is saved to OUT.partial after every epoch; "
-        "running the same command again resumes from there.",
-    )
-    tsrc = tn.add_mutually_exclusive_group()
-    tsrc.add_argument("--dataset", choices=["fashion-mnist"], help="a built-in dataset (train split)")
-    tsrc.add_argument("--images", help="a folder DIR/<class>/<images> or a CSV manifest id,path[,label]")
-    tn.add_argument("--labels", required=True, help="label checkpoint (hypsearch labels train)")
-    tn.add_argument("--out", required=True, help="model checkpoint to write")
-    tn.add_argument("--data-dir", default=DEFAULT_FASHION_MNIST_DIR)
-    tn.add_argument("--class-map", help="class<TAB>taxonomy node per line (for --images)")
-    tn.add_argument("--dim", type=_positive_int, default=None, help="embedding dimension (default: the labels')")
     tn.add_argument("--epochs", type=_nonneg_int, default=None, help="default 12")
     tn.add_argument("--holdout", help="classes (synset names) kept out of training, comma separated")
     tn.add_argument("--loss", default="prototype", choices=["prototype", "margin", "pairwise", "circle", "ntxent"])
@@ -777,6 +567,11 @@ def build_parser() -> argparse.ArgumentParser:
     ev2.add_argument("--threads", type=_positive_int, default=1, help="torch threads (default 1)")
     common(ev2)
     ev2.set_defaults(func=cmd_eval)
+
+    # serve, index build (service/commands.py)
+    from service.commands import add_demo_options, add_service_commands
+
+    add_service_commands(sub, common)
 
     # demo
     dm = sub.add_parser(
