@@ -54,12 +54,18 @@ def machine() -> str:
     return f"{os.cpu_count()} cores, {cpu}, torch {torch.__version__}"
 
 
-def run_ours(name: str, tax: Taxonomy, cone_sample: int | None, out_dir: Path) -> dict:
-    cfg = LabelTrainConfig(dim=10)
-    t0 = time.perf_counter()
-    emb = train_labels(tax, cfg, progress=True)
-    minutes = (time.perf_counter() - t0) / 60
-    emb.save(out_dir / f"{name}.labels")
+def run_ours(name: str, tax: Taxonomy, cone_sample: int | None, out_dir: Path, reuse: bool) -> dict:
+    path = out_dir / f"{name}.labels"
+    if reuse and path.exists():  # evaluate the checkpoint of an earlier run
+        emb = LabelEmbedding.load(path)
+        assert emb.taxonomy == tax, f"{path} was trained on another taxonomy"
+        minutes = emb.metrics["train_seconds"] / 60
+    else:
+        cfg = LabelTrainConfig(dim=10)
+        t0 = time.perf_counter()
+        emb = train_labels(tax, cfg, progress=True)
+        minutes = (time.perf_counter() - t0) / 60
+        emb.save(path)
     rec = evaluate_reconstruction(emb, progress=True)
     strict = evaluate_cones(emb, sample=cone_sample, progress=True)
     best = best_cone_threshold(emb, sample=min(cone_sample or 2000, 2000))
@@ -146,6 +152,11 @@ def main() -> None:
     p.add_argument("--out-dir", default=str(ROOT / "var" / "bench"))
     p.add_argument("--write-readme", action="store_true")
     p.add_argument(
+        "--reuse",
+        action="store_true",
+        help="evaluate the checkpoints an earlier run left in --out-dir (its training time) instead of training",
+    )
+    p.add_argument(
         "--table-from",
         nargs="+",
         metavar="LOG",
@@ -175,7 +186,7 @@ def main() -> None:
     rows = []
     if args.only in (None, "mammals"):
         mammals = Taxonomy.from_wordnet(root="mammal.n.01")
-        rows.append(run_ours("mammal closure", mammals, None, out_dir))
+        rows.append(run_ours("mammal closure", mammals, None, out_dir, args.reuse))
         print(json.dumps(rows[-1]), flush=True)
         if not args.no_gensim:
             g = run_gensim("mammal closure", mammals, args.gensim_epochs)
@@ -184,7 +195,7 @@ def main() -> None:
                 print(json.dumps(g), flush=True)
     if args.only in (None, "nouns"):
         nouns = Taxonomy.from_wordnet()
-        rows.append(run_ours("noun closure", nouns, args.cone_sample, out_dir))
+        rows.append(run_ours("noun closure", nouns, args.cone_sample, out_dir, args.reuse))
         print(json.dumps(rows[-1]), flush=True)
     text = table(rows, when)
     print(text)

@@ -611,19 +611,30 @@ def evaluate_reconstruction(
     bar = _Progress(len(us), progress, "reconstruction", unit="node")
     for s in range(0, len(us), chunk):
         ub = torch.from_numpy(us[s : s + chunk])
+        b = len(ub)
         z = poincare.pairwise_dist_arg(theta[ub], theta, c=c)  # monotone in the distance
-        z[torch.arange(len(ub)), ub] = float("inf")
-        srt = torch.sort(z, dim=1).values.numpy()
-        zn = z.numpy()
+        z[torch.arange(b), ub] = float("inf")
+        # positives (ancestors) of each row, sorted, padded with +inf
+        counts = starts[us[s : s + chunk] + 1] - starts[us[s : s + chunk]]
+        pmax = int(counts.max())
+        cols = torch.zeros(b, pmax, dtype=torch.long)
+        valid = torch.arange(pmax)[None, :] < torch.from_numpy(counts)[:, None]
         for r, u in enumerate(ub.tolist()):
-            pos = es[starts[u] : starts[u + 1], 1]
-            zp = np.sort(zn[r, pos])
-            closer = np.searchsorted(srt[r], zp, side="left")  # nodes strictly closer
-            j = np.arange(1, len(zp) + 1)
-            rank_sum += float((closer - (j - 1) + 1).sum())
-            rank_n += len(zp)
-            ap_sum += float(np.mean(j / (closer + 1)))
-        bar.advance(len(ub))
+            cols[r, : counts[r]] = torch.from_numpy(es[starts[u] : starts[u + 1], 1])
+        zp = torch.gather(z, 1, cols).masked_fill(~valid, float("inf"))
+        zp, _ = torch.sort(zp, dim=1)
+        # only values below the farthest positive matter: take those, sorted
+        zmax = zp.masked_fill(~valid, float("-inf")).max(dim=1, keepdim=True).values
+        k = int((z <= zmax).sum(dim=1).max())
+        closest = torch.topk(z, k, dim=1, largest=False, sorted=True).values
+        closer = torch.searchsorted(closest, zp.contiguous(), side="left")  # nodes strictly closer
+        j = torch.arange(1, pmax + 1, dtype=torch.float64)[None, :]
+        ranks = (closer - (j - 1) + 1).to(torch.float64)
+        rank_sum += float(ranks[valid].sum())
+        rank_n += int(valid.sum())
+        prec = (j / (closer + 1)).masked_fill(~valid, 0.0)
+        ap_sum += float((prec.sum(1) / torch.from_numpy(counts).to(torch.float64)).sum())
+        bar.advance(b)
     bar.close()
     return {
         "nodes": n,
