@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from .data import FASHION_MNIST_CLASSES
@@ -45,8 +46,33 @@ def default_taxonomy(wordnet_dir: str | os.PathLike = DEFAULT_WORDNET_DIR) -> Ta
     return full.induced(keep)
 
 
-def run_default_pipeline(home: str | os.PathLike, *, progress: bool = True) -> dict:
-    """Build (or reuse) the default artifacts under ``home``; returns a summary."""
+@contextmanager
+def torch_threads(n: int | None):
+    """torch intra-op threads set to ``n`` inside the block (``None``: unchanged).
+
+    Label training and evaluation are many small operations, which one thread
+    runs fastest (two threads on a busy 2-core machine can be many times
+    slower); the image model's convolutions use more."""
+    import torch
+
+    if n is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def run_default_pipeline(
+    home: str | os.PathLike, *, progress: bool = True, threads: int | None = None
+) -> dict:
+    """Build (or reuse) the default artifacts under ``home``; returns a summary.
+
+    ``threads``: torch threads for the image model's training and the index
+    build (label training always uses one)."""
     from .labels import LabelEmbedding, LabelTrainConfig, evaluate_reconstruction, train_labels
 
     home = Path(home)
@@ -67,16 +93,18 @@ def run_default_pipeline(home: str | os.PathLike, *, progress: bool = True) -> d
         else:
             steps.append(f"reused label embeddings {labels_path}")
     if emb is None:
-        emb = train_labels(tax, LabelTrainConfig(), progress=progress)
-        emb.metrics |= evaluate_reconstruction(emb)
+        with torch_threads(1):
+            emb = train_labels(tax, LabelTrainConfig(), progress=progress)
+            emb.metrics |= evaluate_reconstruction(emb)
         emb.save(labels_path)
         steps.append(
             f"trained label embeddings of {len(tax)} nodes in {emb.metrics['train_seconds']:.0f} s "
             f"(reconstruction MAP {emb.metrics['map']:.3f}, mean rank "
             f"{emb.metrics['mean_rank']:.2f}) -> {labels_path}"
         )
-    model_path, model = _default_model(home, emb, steps, t0, progress)
-    index_path, items = _default_index(home, model, model_path, steps, progress)
+    with torch_threads(threads):
+        model_path, model = _default_model(home, emb, steps, t0, progress)
+        index_path, items = _default_index(home, model, model_path, steps, progress)
     summary = {
         "home": str(home),
         "taxonomy": str(tax_path),
@@ -128,8 +156,11 @@ def _default_model(home: Path, emb, steps: list[str], t0: float, progress: bool)
     return path, model
 
 
-def _default_index(home: Path, model, model_path: Path, steps: list[str], progress: bool):
-    """The index of the Fashion-MNIST test split: built once, then only served."""
+def _default_index(
+    home: Path, model, model_path: Path, steps: list[str], progress: bool, limit: int | None = None
+):
+    """The index of the Fashion-MNIST test split: built once, then only served
+    (``limit``: only the first rows, for tests)."""
     from indexing import HyperbolicIndex
     from indexing.build import build_index, plan_dataset
 
@@ -153,11 +184,13 @@ def _default_index(home: Path, model, model_path: Path, steps: list[str], progre
         path.rename(aside)
         steps.append(f"the index was built by another model; moved it to {aside}")
     index = HyperbolicIndex(dim=model.dim, curvature=model.curvature, path=path)
+    plan = plan_dataset("fashion-mnist", "test", DEFAULT_FASHION_MNIST_DIR)
+    plan.sources = plan.sources[:limit]
     try:
         report = build_index(
             model,
             index,
-            plan_dataset("fashion-mnist", "test", DEFAULT_FASHION_MNIST_DIR),
+            plan,
             progress=progress,
             workers=0,
         )

@@ -14,6 +14,12 @@ from pathlib import Path
 
 
 def _cli():
+    """The running ``service.cli`` module: under ``python -m service.cli`` that is
+    ``__main__`` (whose ``CliError`` its ``main`` catches), not a second import."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name == "service.cli":
+        return main
     from . import cli
 
     return cli
@@ -202,9 +208,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     from .settings import get_settings
 
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(1)
     home = _cli()._home()
-    summary = run_default_pipeline(home, progress=not args.quiet)
+    summary = run_default_pipeline(home, progress=not args.quiet, threads=args.threads)
     print(summary["message"], file=sys.stderr)
     if args.no_serve:
         _cli()._emit(args, summary, lambda r: r["message"])
@@ -297,5 +303,10 @@ def add_service_commands(sub, common) -> None:
 
 def add_demo_options(dm) -> None:
     cli = _cli()
-    dm.add_argument("--threads", type=cli._positive_int, default=2, help="torch threads (training)")
+    dm.add_argument(
+        "--threads",
+        type=cli._positive_int,
+        default=2,
+        help="torch threads for training the image model (labels and serving use 1)",
+    )
     dm.add_argument("--no-serve", action="store_true", help="build the artifacts, then exit")

@@ -1,5 +1,7 @@
 """Dependencies of the routes, as ``Annotated`` aliases (``RuntimeDep``, ``IndexDep``, ...).
 
+Dependencies are ``async def``: they only read app state, and FastAPI would run a
+plain ``def`` dependency in the thread pool (one hop per dependency per request).
 Everything comes from ``app.state.services`` (:class:`Services`), filled by the
 lifespan; tests build an app around their own small index with
 ``create_app(settings, runtime=...)`` or override these with
@@ -40,21 +42,21 @@ class Services:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def get_services(request: Request) -> Services:
+async def get_services(request: Request) -> Services:
     return request.app.state.services
 
 
 ServicesDep = Annotated[Services, Depends(get_services)]
 
 
-def get_settings_dep(services: ServicesDep) -> Settings:
+async def get_settings_dep(services: ServicesDep) -> Settings:
     return services.settings
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 
 
-def get_runtime(services: ServicesDep) -> Runtime:
+async def get_runtime(services: ServicesDep) -> Runtime:
     rt = services.runtime
     if rt is None:
         if services.load_error:
@@ -66,14 +68,14 @@ def get_runtime(services: ServicesDep) -> Runtime:
 RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
 
 
-def get_index(rt: RuntimeDep) -> HyperbolicIndex:
+async def get_index(rt: RuntimeDep) -> HyperbolicIndex:
     return rt.index
 
 
 IndexDep = Annotated[HyperbolicIndex, Depends(get_index)]
 
 
-def get_model(rt: RuntimeDep):
+async def get_model(rt: RuntimeDep):
     if rt.model is None:
         raise ApiError(
             503, "no image model is loaded (start the service with --model / HYPSEARCH_MODEL)"
@@ -84,7 +86,7 @@ def get_model(rt: RuntimeDep):
 ModelDep = Annotated[Any, Depends(get_model)]
 
 
-def get_batcher(services: ServicesDep, _model: ModelDep) -> MicroBatcher:
+async def get_batcher(services: ServicesDep, _model: ModelDep) -> MicroBatcher:
     if services.batcher is None:  # pragma: no cover - set whenever a model is loaded
         raise ApiError(503, "the embedding worker is not running")
     return services.batcher
@@ -93,7 +95,7 @@ def get_batcher(services: ServicesDep, _model: ModelDep) -> MicroBatcher:
 BatcherDep = Annotated[MicroBatcher, Depends(get_batcher)]
 
 
-def get_jobs(services: ServicesDep, _rt: RuntimeDep) -> JobManager:
+async def get_jobs(services: ServicesDep, _rt: RuntimeDep) -> JobManager:
     assert services.jobs is not None
     return services.jobs
 
@@ -101,7 +103,7 @@ def get_jobs(services: ServicesDep, _rt: RuntimeDep) -> JobManager:
 JobsDep = Annotated[JobManager, Depends(get_jobs)]
 
 
-def require_api_key(request: Request, settings: SettingsDep) -> None:
+async def require_api_key(request: Request, settings: SettingsDep) -> None:
     """Writes need ``Authorization: Bearer <HYPSEARCH_API_KEY>`` when a key is set."""
     if settings.api_key is None:
         return
