@@ -512,3 +512,27 @@ def test_page_is_served(client):
     r = client.get("/")
     assert r.status_code == 200 and "text/html" in r.headers["content-type"]
     assert "hypsearch" in r.text
+
+
+def test_not_ready_until_loaded(tmp_path):
+    """Loading runs in the background: /healthz answers at once, /readyz and the
+    routes that need the artifacts 503 until loading is done (here: it fails)."""
+    from fastapi.testclient import TestClient
+
+    from service.app import create_app
+    from service.settings import Settings
+
+    bad = tmp_path / "model.safetensors"
+    bad.write_bytes(b"not a checkpoint")
+    app = create_app(Settings(model=bad, index=tmp_path / "index", log_json=False, log_level="CRITICAL"))
+    with TestClient(app) as c:
+        assert c.get("/healthz").status_code == 200
+        deadline = time.monotonic() + 30
+        while "failed" not in c.get("/readyz").json()["detail"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        r = c.get("/readyz")
+        assert r.status_code == 503 and "model.safetensors" in _detail(r)
+        r = c.post("/v1/search", json={"label": "sneaker"})
+        assert r.status_code == 503 and "could not load" in _detail(r)
+        assert "hypsearch_ready 0.0" in c.get("/metrics").text
