@@ -46,10 +46,15 @@ need `Authorization: Bearer <key>` when `HYPSEARCH_API_KEY` is set.
 MULTIPART_SLACK = 64 * 1024  # bytes of multipart framing allowed on top of the upload limit
 
 
-def _embedder(model):
-    def embed(images: list[np.ndarray]) -> np.ndarray:
+def _embedder(runtime: Runtime):
+    """One forward pass for a micro-batch, and each picture's nearest label (batched too)."""
+    model = runtime.model
+
+    def embed(images: list[np.ndarray]) -> list[tuple[np.ndarray, str]]:
         x = np.stack(images) if all(im.shape == images[0].shape for im in images) else images
-        return model.embed(x).numpy()
+        z = model.embed(x).numpy().astype(np.float64)
+        labels = runtime.nearest_used_labels(z)
+        return list(zip(z, labels, strict=True))
 
     return embed
 
@@ -59,7 +64,7 @@ def _start(services: Services, runtime: Runtime) -> None:
     s = services.settings
     if runtime.model is not None:
         services.batcher = MicroBatcher(
-            _embedder(runtime.model),
+            _embedder(runtime),
             max_size=s.batch_max_size,
             max_wait=s.batch_max_wait_ms / 1000.0,
             on_batch=services.metrics.observe_batch,

@@ -13,7 +13,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 
 import numpy as np
@@ -28,11 +28,12 @@ class BatcherClosed(RuntimeError):
 
 
 class MicroBatcher:
-    """``embed(list of images) -> (n, D) array`` behind a queue and one worker thread."""
+    """``embed(list of images) -> n results`` (rows of an array, tuples, ...) behind a
+    queue and one worker thread; each caller gets its own result."""
 
     def __init__(
         self,
-        embed: Callable[[list[np.ndarray]], np.ndarray],
+        embed: Callable[[list[np.ndarray]], Sequence],
         *,
         max_size: int = 32,
         max_wait: float = 0.002,
@@ -51,14 +52,14 @@ class MicroBatcher:
         self._thread.start()
 
     def submit(self, image: np.ndarray) -> Future:
-        """Queue one picture; the future's result is its embedding (D,)."""
+        """Queue one picture; the future's result is its row of ``embed``'s answer."""
         if self._closed:
             raise BatcherClosed("the embedding worker is stopped")
         fut: Future = Future()
         self._q.put((image, fut))
         return fut
 
-    def embed_one(self, image: np.ndarray, timeout: float | None = 60.0) -> np.ndarray:
+    def embed_one(self, image: np.ndarray, timeout: float | None = 60.0):
         return self.submit(image).result(timeout=timeout)
 
     def close(self) -> None:
@@ -103,7 +104,7 @@ class MicroBatcher:
             return
         t0 = time.perf_counter()
         try:
-            z = np.asarray(self._embed([im for im, _ in live]), dtype=np.float64)
+            z = self._embed([im for im, _ in live])
         except Exception as e:  # noqa: BLE001 - handed to every caller of the batch
             log.exception("embedding a batch of %d failed", len(live))
             for _, f in live:

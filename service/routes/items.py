@@ -127,7 +127,7 @@ def _upsert_picture(services, rt: Runtime, item_id: str, data: bytes, label: str
     pixels = decode_image(data, max_pixels=settings.max_image_pixels)
     if label is not None:  # check the label before any work is kept
         searching.resolve_label(rt, label)
-    x = searching.check_vector(rt, services.batcher.embed_one(pixels), "file")
+    x = searching.check_vector(rt, services.batcher.embed_one(pixels)[0], "file")
     return _upsert(rt, item_id, x, label, rt.store_picture(pixels))
 
 

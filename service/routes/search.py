@@ -107,7 +107,8 @@ def read_upload(file: UploadFile, settings) -> bytes:
     return data
 
 
-def embed_upload(file: UploadFile, settings, batcher) -> np.ndarray:
+def embed_upload(file: UploadFile, settings, batcher) -> tuple[np.ndarray, str]:
+    """The picture's point and its nearest label among the labels in use."""
     pixels = decode_image(read_upload(file, settings), max_pixels=settings.max_image_pixels)
     try:
         return batcher.embed_one(pixels)
@@ -138,8 +139,8 @@ def search_image(
     requests); `query.label` is the nearest label prototype among the labels
     that indexed items carry."""
     searching.check_window(k, offset, settings)
-    x = searching.check_vector(rt, embed_upload(file, settings, batcher), "file")
-    qlabel = rt.nearest_used_labels(x[None])[0]
+    z, qlabel = embed_upload(file, settings, batcher)
+    x = searching.check_vector(rt, z, "file")
     ans = searching.search(
         rt, x, qlabel, k=k, offset=offset, mode=mode, under=under, per_level=per_level
     )
@@ -161,7 +162,7 @@ def embed(
     """`labels` are the 5 nearest nodes of the whole taxonomy (not only the
     labels in use): a coarse answer such as `shoe.n.01` is a right answer for
     an unseen kind of shoe."""
-    x = searching.check_vector(rt, embed_upload(file, settings, batcher), "file")
+    x = searching.check_vector(rt, embed_upload(file, settings, batcher)[0], "file")
     return EmbedOut(
         vector=x.tolist(),
         distance_to_origin=float(rt.distance_to_origin(x)),
