@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 from fastapi import FastAPI
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
 from .batching import MicroBatcher
@@ -57,6 +59,17 @@ def _embedder(runtime: Runtime):
         return list(zip(z, labels, strict=True))
 
     return embed
+
+
+def _local_swagger_ui() -> str | None:
+    """The folder of Swagger UI's files when the ``swagger-ui-bundle`` package is
+    installed (else FastAPI's /docs, which loads them from a CDN)."""
+    try:
+        import swagger_ui_bundle
+    except ImportError:
+        return None
+    path = Path(swagger_ui_bundle.swagger_ui_path)
+    return str(path) if (path / "swagger-ui-bundle.js").exists() else None
 
 
 def _start(services: Services, runtime: Runtime) -> None:
@@ -130,12 +143,27 @@ def create_app(
             if services.owns_runtime and services.runtime is not None:
                 services.runtime.close()
 
+    swagger = _local_swagger_ui()
     app = FastAPI(
         title="hypsearch",
         version="0.1.0",
         description=DESCRIPTION,
         lifespan=lifespan,
+        docs_url=None if swagger else "/docs",
     )
+    if swagger:  # /docs without a CDN: the machine may be offline
+        app.mount("/static/swagger", StaticFiles(directory=swagger), name="swagger")
+
+        @app.get("/docs", include_in_schema=False)
+        async def docs() -> HTMLResponse:
+            return get_swagger_ui_html(
+                openapi_url=app.openapi_url,
+                title="hypsearch API",
+                swagger_js_url="/static/swagger/swagger-ui-bundle.js",
+                swagger_css_url="/static/swagger/swagger-ui.css",
+                swagger_favicon_url="/static/swagger/favicon-32x32.png",
+            )
+
     app.state.services = services
     install_error_handlers(app)
     for module in (ops, search, labels, items, jobs, page):

@@ -508,6 +508,23 @@ def test_unknown_paths_and_methods(client):
     assert json.loads(client.get("/v1/items/").text)["detail"]
 
 
+def test_api_docs_are_served(client):
+    r = client.get("/docs")
+    assert r.status_code == 200 and "swagger" in r.text.lower()
+    spec = client.get("/openapi.json").json()
+    assert {
+        "/v1/search",
+        "/v1/search/image",
+        "/v1/embed",
+        "/v1/labels",
+        "/v1/labels/{name}",
+    } <= set(spec["paths"])
+    assert spec["components"]["schemas"]["SearchIn"]["examples"]
+    for src in ("/static/swagger/swagger-ui-bundle.js", "/static/swagger/swagger-ui.css"):
+        if src in r.text:  # served locally when swagger-ui-bundle is installed
+            assert client.get(src).status_code == 200
+
+
 def test_page_is_served(client):
     r = client.get("/")
     assert r.status_code == 200 and "text/html" in r.headers["content-type"]
@@ -524,7 +541,9 @@ def test_not_ready_until_loaded(tmp_path):
 
     bad = tmp_path / "model.safetensors"
     bad.write_bytes(b"not a checkpoint")
-    app = create_app(Settings(model=bad, index=tmp_path / "index", log_json=False, log_level="CRITICAL"))
+    app = create_app(
+        Settings(model=bad, index=tmp_path / "index", log_json=False, log_level="CRITICAL")
+    )
     with TestClient(app) as c:
         assert c.get("/healthz").status_code == 200
         deadline = time.monotonic() + 30

@@ -48,10 +48,14 @@ function shortName(label) {
   return (m ? m[1] : label).replace(/_/g, " ");
 }
 
-function levelTitle(level, via, queryLabel) {
+function levelTitle(level, via, queryLabel, hits) {
   if (level === null || level === undefined) return ["Nearest items", ""];
   const under = `under ${shortName(via)}`;
-  if (level === 0) return ["Same class", `${shortName(via || queryLabel)}`];
+  if (level === 0) {
+    // a class (every item carries the label itself) or an inner node of the taxonomy
+    const same = hits.every((h) => h.label === via);
+    return same ? ["Same class", shortName(via || queryLabel)] : ["Level 0", under];
+  }
   if (level === 1) return ["Siblings", under];
   if (level === 2) return ["Cousins", under];
   return [`Level ${level}`, under];
@@ -270,7 +274,7 @@ function render(body, what) {
     section.className = "group";
     section.dataset.level = key;
     const h = document.createElement("h2");
-    const [title, sub] = levelTitle(level, hits[0].via, q.label);
+    const [title, sub] = levelTitle(level, hits[0].via, q.label, hits);
     const badge = document.createElement("span");
     badge.className = "badge";
     badge.style.background = levelColor(level);
