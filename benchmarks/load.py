@@ -299,7 +299,8 @@ def table(rows: list[dict], meta: dict) -> str:
         f"Measured {meta['date']} on {meta['cpu']} ({meta['cores']} cores), {meta['items']} items "
         f"(dim {meta['dim']}), one `hypsearch serve` process (torch threads 1), closed-loop "
         f"clients on the same machine for {meta['seconds']:g} s per cell "
-        f"(`python benchmarks/load.py{meta['args']}`):",
+        f"(`python benchmarks/load.py{meta['args']}`); load average before the run "
+        f"{meta['load'][0]:.1f}, after {meta['load'][1]:.1f} (other processes share the cores):",
         "",
         "| search | clients | requests | errors | p50 ms | p95 ms | p99 ms | requests/s | target |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
@@ -366,6 +367,7 @@ def main() -> int:
     try:
         import httpx
 
+        load_before = os.getloadavg()[0]
         stats = httpx.get(url + "/v1/stats", timeout=10).json()
         loads = workloads(url)
         rows = []
@@ -395,6 +397,7 @@ def main() -> int:
         "dim": stats["dim"],
         "seconds": args.seconds,
         "args": f" {shown}" if shown else "",
+        "load": (load_before, os.getloadavg()[0]),
     }
     text = table(rows, meta)
     print(text)
