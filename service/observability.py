@@ -16,6 +16,7 @@ comes from the ``X-Request-ID`` header or is made up, and is sent back in it.
 from __future__ import annotations
 
 import contextvars
+import itertools
 import json
 import logging
 import re
@@ -47,6 +48,10 @@ _LATENCY_BUCKETS = (
     10,
 )
 _REQUEST_ID_OK = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+# made-up request ids: a random prefix per process and a counter (uuid4 per request
+# showed up at 3 % of the server's time under load)
+_ID_PREFIX = uuid.uuid4().hex[:16]
+_ID_COUNTER = itertools.count(1)
 
 
 class Metrics:
@@ -156,7 +161,7 @@ class RequestMiddleware:
                 cand = v.decode("latin-1")
                 rid = cand if _REQUEST_ID_OK.match(cand) else None
                 break
-        rid = rid or uuid.uuid4().hex
+        rid = rid or f"{_ID_PREFIX}{next(_ID_COUNTER):08x}"
         token = request_id.set(rid)
         t0 = time.perf_counter()
         status = {"code": 500}
