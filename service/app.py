@@ -133,7 +133,9 @@ def create_app(
             if services.extra.get("announce"):
                 print(services.extra["announce"], file=sys.stderr, flush=True)
         else:
-            threading.Thread(target=_load, args=(services,), name="load", daemon=True).start()
+            loader = threading.Thread(target=_load, args=(services,), name="load", daemon=True)
+            services.extra["loader"] = loader
+            loader.start()
         try:
             yield
         finally:

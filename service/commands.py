@@ -34,6 +34,7 @@ def serve(settings, *, runtime=None, announce: str | None = None) -> int:
 
     from .app import create_app
 
+    _check_port(settings.host, settings.port)
     app = create_app(settings, runtime=runtime, owns_runtime=True)
     config = uvicorn.Config(
         app,
@@ -53,12 +54,32 @@ def serve(settings, *, runtime=None, announce: str | None = None) -> int:
     services.extra["on_load_error"] = failed
     if announce:
         services.extra["announce"] = announce
-    server.run()
+    try:
+        server.run()
+    except SystemExit:  # uvicorn exits this way when it cannot start
+        pass
+    loader = services.extra.get("loader")
+    if loader is not None:  # never leave the interpreter while torch is loading
+        loader.join(60)
     if services.load_error:
         raise _cli().CliError(services.load_error)
     if not server.started:
         raise _cli().CliError(f"could not listen on {settings.host}:{settings.port}")
     return 0
+
+
+def _check_port(host: str, port: int) -> None:
+    """Refuse a port already in use before anything starts (exit 2, one line)."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            msg = f"--port {port}: cannot listen on {host} ({e.strerror})"
+            raise _cli().CliError(msg) from None
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

@@ -46,14 +46,24 @@ def test_demo_index_is_built_once_and_keeps_writes(tmp_path, tmp_path_factory):
 
 
 def test_serve_exits_2_when_the_artifacts_do_not_load(tmp_path):
+    import socket
+
     bad = tmp_path / "model.safetensors"
     bad.write_bytes(b"not a checkpoint")
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    port = busy.getsockname()[1]
     for args, words in (
-        (["--model", str(tmp_path / "missing.safetensors")], "--model"),
-        (["--model", str(bad), "--index", str(tmp_path / "index")], "model.safetensors"),
+        (["--port", "0", "--model", str(tmp_path / "missing.safetensors")], "--model"),
+        (
+            ["--port", "0", "--model", str(bad), "--index", str(tmp_path / "index")],
+            "model.safetensors",
+        ),
+        (["--port", str(port), "--model", str(bad)], "--port"),
     ):
         p = subprocess.run(
-            [sys.executable, "-m", "service.cli", "serve", "--port", "0", *args],
+            [sys.executable, "-m", "service.cli", "serve", "--host", "127.0.0.1", *args],
             cwd=ROOT,
             capture_output=True,
             text=True,
@@ -62,3 +72,4 @@ def test_serve_exits_2_when_the_artifacts_do_not_load(tmp_path):
         assert p.returncode == 2, p.stderr
         last = p.stderr.strip().splitlines()[-1]
         assert last.startswith("hypsearch: error:") and words in last, p.stderr
+    busy.close()
