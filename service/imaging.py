@@ -1,11 +1,12 @@
 """Uploaded pictures -> uint8 pixel arrays, under limits; pixel arrays -> PNG.
 
 Decoding refuses, before any pixel is decoded, what is not a PNG, JPEG, WebP,
-GIF or BMP (415) and pictures whose header announces more than the pixel
-limit (413: decompression bombs); a picture that starts like an image but does
-not decode is 422. Large pictures are reduced while decoding (JPEG draft mode,
-then a thumbnail of at most :data:`MAX_SIDE` pixels a side): the model reads
-28 to 64 pixels a side, so nothing larger is ever needed.
+GIF or BMP (415) and pictures whose header announces more pixels than the
+limit (413: decompression bombs; for a JPEG, the pixels of its reduced decode);
+a picture that starts like an image but does not decode is 422. Large pictures
+are reduced while decoding (JPEG draft mode, then a thumbnail of at most
+:data:`MAX_SIDE` pixels a side): the model reads 28 to 64 pixels a side, so
+nothing larger is ever needed.
 """
 
 from __future__ import annotations
@@ -41,7 +42,12 @@ def decode_image(data: bytes, *, max_pixels: int, field: str = "file") -> np.nda
     except Exception as e:  # noqa: BLE001 - a malformed header of any kind
         raise ApiError(422, f"{field}: unreadable picture ({type(e).__name__})") from None
     with im:
-        w, h = im.size
+        if im.format == "JPEG":  # decode at 1/2, 1/4 or 1/8 scale: a large photo costs little
+            try:
+                im.draft("RGB" if im.mode not in ("L", "1") else "L", (MAX_SIDE, MAX_SIDE))
+            except Exception as e:  # noqa: BLE001 - a malformed header of any kind
+                raise ApiError(422, f"{field}: unreadable picture ({type(e).__name__})") from None
+        w, h = im.size  # what will be decoded
         if w < 1 or h < 1:
             raise ApiError(422, f"{field}: the picture has no pixels ({w}x{h})")
         if w * h > max_pixels:
@@ -53,8 +59,6 @@ def decode_image(data: bytes, *, max_pixels: int, field: str = "file") -> np.nda
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("error", Image.DecompressionBombWarning)
-                if im.format == "JPEG":
-                    im.draft("RGB" if im.mode not in ("L", "1") else "L", (MAX_SIDE, MAX_SIDE))
                 im.seek(0)
                 im.load()
                 im = ImageOps.exif_transpose(im) or im

@@ -58,7 +58,7 @@ class Settings(BaseSettings):
     # limits
     max_upload_bytes: int = Field(default=10 * 1024 * 1024, ge=1)
     max_image_pixels: int = Field(
-        default=40_000_000,
+        default=25_000_000,
         ge=1,
         description="decoded width x height above which an image is refused",
     )

@@ -328,6 +328,20 @@ def test_search_by_picture(client, picture, rt):
     assert r.status_code == 200 and r.json()["results"][0]["level"] == 0
 
 
+def test_large_jpeg_is_decoded_reduced(client):
+    """5200 x 5200 = 27 Mpx is over the 25 Mpx limit, but a JPEG decodes at 1/8 scale."""
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("L", (5200, 5200), 200).save(buf, "JPEG", quality=50)
+    r = client.post("/v1/embed", files={"file": ("big.jpg", buf.getvalue(), "image/jpeg")})
+    assert r.status_code == 200, r.text
+    buf = io.BytesIO()
+    Image.new("L", (5200, 5200), 200).save(buf, "PNG")
+    r = client.post("/v1/embed", files={"file": ("big.png", buf.getvalue(), "image/png")})
+    assert r.status_code == 413 and "27,040,000 pixels" in _detail(r)
+
+
 def test_micro_batching_groups_concurrent_requests():
     from service.batching import MicroBatcher
 
