@@ -90,7 +90,8 @@ class Runtime:
         self.image_dir = Path(image_dir) if image_dir is not None else None
         self.data_dir = Path(data_dir) if data_dir is not None else None
         self._protos = labels.embeddings.to(torch.float64)  # (n_nodes, D)
-        self._write_lock = threading.Lock()
+        self._write_lock = threading.Lock()  # one write at a time (index, then tallies)
+        self._tally_lock = threading.Lock()  # tallies change or are copied under it
         self._item_label: dict[str, str | None] = {}
         self._counts: Counter[str] = Counter()
         self._version = 0
@@ -137,15 +138,17 @@ class Runtime:
         return self._item_label.get(item_id)
 
     def label_counts(self) -> dict[str, int]:
-        return dict(self._counts)
+        with self._tally_lock:
+            return dict(self._counts)
 
     def _label_view(self) -> _LabelView:
         view = self._view
         if view is not None and view.version == self._version:
             return view
         with self._view_lock:
-            version = self._version
-            used = tuple(sorted(lab for lab, n in self._counts.items() if n > 0))
+            with self._tally_lock:
+                version = self._version
+                used = tuple(sorted(lab for lab, n in self._counts.items() if n > 0))
             rows = [self.taxonomy.index(u) for u in used if u in self.taxonomy]
             used = tuple(u for u in used if u in self.taxonomy)
             points = self._protos[rows] if rows else self._protos[:0]
@@ -236,19 +239,21 @@ class Runtime:
         tallies. Raises :class:`indexing.IndexInputError` on bad input."""
         with self._write_lock:
             self.index.add(vectors, list(ids), labels=list(labels), payloads=payloads)
-            for i, lab in zip(ids, labels, strict=True):
-                self._tally(i, lab)
-            self._version += 1
+            with self._tally_lock:
+                for i, lab in zip(ids, labels, strict=True):
+                    self._tally(i, lab)
+                self._version += 1
 
     def delete(self, ids: Iterable[str]) -> int:
         ids = list(ids)
         with self._write_lock:
             n = self.index.delete(ids)
-            for i in ids:
-                if i in self._item_label:
-                    self._tally(i, None)
-                    del self._item_label[i]
-            self._version += 1
+            with self._tally_lock:
+                for i in ids:
+                    if i in self._item_label:
+                        self._tally(i, None)
+                        del self._item_label[i]
+                self._version += 1
         return n
 
     # -- pictures -------------------------------------------------------------------

@@ -570,3 +570,53 @@ def test_not_ready_until_loaded(tmp_path):
         r = c.post("/v1/search", json={"label": "sneaker"})
         assert r.status_code == 503 and "could not load" in _detail(r)
         assert "hypsearch_ready 0.0" in c.get("/metrics").text
+
+
+def test_concurrent_writes_and_searches(rt):
+    """Writers and readers at once: no error, and the tallies match the index after."""
+    from service import searching
+
+    rng = np.random.default_rng(0)
+    base = rt.label_point("shirt.n.01") * 0.99
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def writer(w: int) -> None:
+        try:
+            for j in range(40):
+                i = f"conc/{w}/{j % 7}"
+                lab = ["shirt.n.01", "coat.n.01", "sandal.n.01"][j % 3]
+                v = base + rng.normal(scale=1e-3, size=base.shape)
+                rt.upsert([i], v[None], [lab])
+                if j % 3 == 2:
+                    rt.delete([i])
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    def reader() -> None:
+        try:
+            while not stop.is_set():
+                for mode in ("nearest", "hierarchical"):
+                    x, q, _ = searching.query_of(rt, label="shirt")
+                    searching.search(rt, x, q, k=20, mode=mode, under="clothing")
+                rt.items_under("clothing.n.01")
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    readers = [threading.Thread(target=reader) for _ in range(3)]
+    writers = [threading.Thread(target=writer, args=(w,)) for w in range(3)]
+    for t in readers + writers:
+        t.start()
+    for t in writers:
+        t.join()
+    stop.set()
+    for t in readers:
+        t.join()
+    assert not errors, errors[0]
+    live = [i for i in rt.index.ids() if i.startswith("conc/")]
+    counts = rt.label_counts()
+    total = sum(counts.values())
+    assert total == len(rt.index)
+    for i in live:
+        assert rt.label_of(i) == rt.index.get(i).label
+    rt.delete(live)
