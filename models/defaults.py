@@ -103,7 +103,7 @@ def run_default_pipeline(
             f"{emb.metrics['mean_rank']:.2f}) -> {labels_path}"
         )
     with torch_threads(threads):
-        model_path, model = _default_model(home, emb, steps, t0, progress)
+        model_path, model = _default_model(home, emb, steps, t0, progress, threads)
         index_path, items = _default_index(home, model, model_path, steps, progress)
     summary = {
         "home": str(home),
@@ -126,7 +126,9 @@ def run_default_pipeline(
     return summary
 
 
-def _default_model(home: Path, emb, steps: list[str], t0: float, progress: bool):
+def _default_model(
+    home: Path, emb, steps: list[str], t0: float, progress: bool, threads: int | None = None
+):
     """The image model of the demo: reused when trained against these labels."""
     from .checkpoint import CheckpointError
     from .image_model import ImageModel
@@ -142,6 +144,8 @@ def _default_model(home: Path, emb, steps: list[str], t0: float, progress: bool)
             steps.append(f"reused image model {path}")
             return path, model
     cfg = TrainConfig()
+    if threads and hasattr(cfg, "threads"):
+        cfg.threads = threads
     spent = time.perf_counter() - t0
     cfg.time_budget = max(60.0, DEMO_BUDGET - spent - 60.0)  # leave a minute for the index
     partial = path.with_name(path.name + ".partial")

@@ -327,7 +327,8 @@ def add_demo_options(dm) -> None:
     dm.add_argument(
         "--threads",
         type=cli._positive_int,
-        default=2,
-        help="torch threads for training the image model (labels and serving use 1)",
+        default=None,
+        help="torch threads for training the image model and indexing (default: the "
+        "training default, 1; label training and serving use 1)",
     )
     dm.add_argument("--no-serve", action="store_true", help="build the artifacts, then exit")
