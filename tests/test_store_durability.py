@@ -54,7 +54,7 @@ def test_save_load_round_trip(tmp_path, data, backend, caplog):
     assert man["format_version"] == 1 and len(man["sha256"]) == 64
     assert man["last_seq"] == len(x) + 10
     ix.close()
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level(logging.WARNING, logger="indexing"):
         re = HyperbolicIndex.load(tmp_path / "ix")
     assert not _warnings(caplog)
     assert re.backend == backend and len(re) == len(x) - 10
@@ -107,7 +107,7 @@ def test_replay_after_snapshot(tmp_path, data, caplog):
     ix.add(x[:1] * 0.3, ["i1"])  # upsert i1 to a new place
     ix.delete(ids[100:200])
     ix.close()
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level(logging.WARNING, logger="indexing"):
         re = HyperbolicIndex.open(tmp_path)
     assert not _warnings(caplog)  # snapshot used, rows replayed
     assert len(re) == len(x) - 100
@@ -174,7 +174,7 @@ def test_damaged_snapshot_rebuilds_with_warning(tmp_path, data, caplog, damage, 
     elif damage == "other_store":
         man["store_uuid"] = "0" * 32
         man_path.write_text(json.dumps(man))
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level(logging.WARNING, logger="indexing"):
         re = HyperbolicIndex.load(tmp_path, backend="exact")
     msgs = _warnings(caplog)
     assert len(msgs) == 1 and expect in msgs[0] and "rebuilding" in msgs[0], msgs
@@ -183,7 +183,7 @@ def test_damaged_snapshot_rebuilds_with_warning(tmp_path, data, caplog, damage, 
     # a new save heals it
     re.save()
     caplog.clear()
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level(logging.WARNING, logger="indexing"):
         HyperbolicIndex.load(tmp_path)
     assert not _warnings(caplog)
 
@@ -302,7 +302,7 @@ def test_failed_in_memory_apply_is_recovered_from_the_store(tmp_path, data, monk
         return orig(self, table, slots)
 
     monkeypatch.setattr(type(ix._backend), "add", flaky)
-    with caplog.at_level(logging.ERROR):
+    with caplog.at_level(logging.ERROR, logger="indexing"):
         ix.add(x[100:200], ids[100:200])  # committed, then rebuilt from the store
     assert any("rebuilding" in r.getMessage() for r in caplog.records)
     assert len(ix) == 200 and "i150" in ix
