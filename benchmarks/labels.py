@@ -92,7 +92,9 @@ def run_gensim(name: str, tax: Taxonomy, epochs: int) -> dict | None:
     names = tax.names
     relations = [(names[u], names[v]) for u, v in tax.closure_edges().tolist()]
     t0 = time.perf_counter()
-    model = PoincareModel(relations, size=10, negative=50, burn_in=10, seed=0)
+    # negative=50 never leaves gensim 4.4's negative sampling on this closure
+    # (mammal.n.01 is related to every other node); 10 is gensim's default.
+    model = PoincareModel(relations, size=10, negative=10, burn_in=10, seed=0)
     model.train(epochs=epochs, batch_size=10, print_every=10**9)
     minutes = (time.perf_counter() - t0) / 60
     vecs = torch.tensor([model.kv[n] for n in names], dtype=torch.float64)
@@ -100,7 +102,7 @@ def run_gensim(name: str, tax: Taxonomy, epochs: int) -> dict | None:
     rec = evaluate_reconstruction(emb)
     best = best_cone_threshold(emb, sample=None)
     return {
-        "setting": f"gensim PoincareModel, {name}, dim 10, {epochs} epochs, 50 negatives",
+        "setting": f"gensim PoincareModel, {name}, dim 10, {epochs} epochs, 10 negatives",
         "minutes": minutes,
         "mean_rank": rec["mean_rank"],
         "map": rec["map"],
