@@ -12,8 +12,8 @@ Training has two stages, both Riemannian SGD on float64 coordinates:
    hyperbolic radius that grows with its depth, in a direction drawn close to
    its first parent's direction (closer the deeper), so descendants begin
    inside their ancestors' angular sector. On the WordNet noun closure this
-   start alone gives a reconstruction MAP of about 0.75, where random points
-   give 0.003; the loss then only has to repair the local structure (see the
+   start alone gives a reconstruction MAP of about 0.87, where random points
+   after one burn-in epoch give 0.003; the loss then repairs the local structure (see the
    README for the measurements).
 2. **Entailment cones** (Ganea et al. 2018), optional (``cone_epochs``):
    hinge on the cone energy, :math:`E(v, u)` for edges and
