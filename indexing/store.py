@@ -369,23 +369,9 @@ def _fsync_dir(folder: Path) -> None:
 
 def _atomic_write(path: Path, chunks: Sequence[bytes]) -> str:
     """Write ``chunks`` to ``path`` atomically; returns the sha256 of the content."""
-    h = hashlib.sha256()
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            for ch in chunks:
-                h.update(ch)
-                f.write(ch)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise
-    return h.hexdigest()
+    from models.fileio import atomic_write_bytes
+
+    return atomic_write_bytes(path, chunks, mode=0o644)
 
 
 def write_snapshot(

@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
+
+from .fileio import atomic_write_bytes  # re-exported: the one atomic write
 
 FORMAT = "hypsearch"
 FORMAT_VERSION = "1"
@@ -48,33 +49,6 @@ def _digest(tensors: Mapping[str, torch.Tensor], meta_json: str) -> str:
         h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     h.update(meta_json.encode())
     return h.hexdigest()
-
-
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file, fsync and rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    try:  # make the rename itself durable
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
-        pass
 
 
 def encode_strings(strings: list[str]) -> torch.Tensor:
@@ -132,7 +106,9 @@ def load_checkpoint(
     header = _read_header(path, data)
     meta_header = header.get("__metadata__") or {}
     if meta_header.get("format") != FORMAT:
-        raise CheckpointError(f"{path}: not a hypsearch checkpoint (safetensors file of another tool)")
+        raise CheckpointError(
+            f"{path}: not a hypsearch checkpoint (safetensors file of another tool)"
+        )
     if meta_header.get("version") != FORMAT_VERSION:
         raise CheckpointError(
             f"{path}: checkpoint format version {meta_header.get('version')!r} is not supported "

@@ -30,7 +30,6 @@ import gc
 import heapq
 import os
 import re
-import tempfile
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -430,7 +429,9 @@ class Taxonomy:
         )
 
     def induced(self, nodes: Iterable[str | int]) -> Taxonomy:
-        """The sub-hierarchy on *nodes*: those nodes and the direct edges among them (metadata kept).
+        """The sub-hierarchy on *nodes*: those nodes and the direct edges among them.
+
+        Metadata (words, glosses) is kept.
 
         Include the ancestors of the nodes you keep, or their chains to a root
         break (a kept node whose parents are all dropped becomes a root).
@@ -476,24 +477,9 @@ class Taxonomy:
         )
         body = "".join(parts)
         del parts
-        folder = os.path.dirname(os.path.abspath(path))
-        fd, tmp = tempfile.mkstemp(
-            prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder
-        )
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-                f.write(header)
-                f.write(body)
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        from models.fileio import atomic_write_bytes
+
+        atomic_write_bytes(path, (header.encode("utf-8"), body.encode("utf-8")), mode=0o644)
 
     # ------------------------------------------------------------ basic info
 
