@@ -41,6 +41,7 @@ def prototype_ce(
     space: Space,
     tau: float = 1.0,
     pull: float = 0.0,
+    exclude: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Cross-entropy of the logits -d(z, p_k)/tau, plus ``pull`` times the mean d(z, p_y).
 
@@ -48,10 +49,14 @@ def prototype_ce(
     satisfied once the right prototype wins by a few units of distance and
     leaves a class spread over its whole cell; the pull term gathers it
     around its prototype (tight classes for retrieval, the class label as
-    the nearest taxonomy node).
+    the nearest taxonomy node). ``exclude`` (n, K) drops logits from the
+    softmax (with taxonomy nodes as negatives: each image's ancestors).
     """
     d = space.pairwise(z, protos)  # (n, K)
-    loss = F.cross_entropy(-d / tau, y)
+    logits = -d / tau
+    if exclude is not None:  # (n, K) True: neither target nor negative (e.g. the class's ancestors)
+        logits = logits.masked_fill(exclude, float("-inf"))
+    loss = F.cross_entropy(logits, y)
     if pull > 0:
         loss = loss + pull * d.gather(1, y[:, None]).mean()
     return loss

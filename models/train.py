@@ -71,11 +71,13 @@ class TrainConfig:
     clip_r: float | None = None  # None: reach the farthest class prototype (radius / 2 + 0.5)
     mobius: bool = False
     centre: bool = True  # head around the Einstein midpoint of the class prototypes (else the origin)
+    learn_base: bool = False  # train that base point too (Riemannian Adam on the ball)
     # objective
     loss: str = "prototype"  # prototype, margin, pairwise, circle, ntxent
-    negatives: str = "classes"  # prototype losses: "classes" (seen classes) or "taxonomy" (every node but the holdout)
+    negatives: str = "taxonomy"  # prototype losses: "classes" (the trained classes) or "taxonomy"
+    # (every taxonomy node except the class's ancestors and the held-out subtrees)
     tau: float = 1.0  # temperature of prototype / pairwise / ntxent logits -d/tau
-    pull: float = 0.1  # prototype loss: weight of the mean distance to the class prototype
+    pull: float = 0.3  # prototype loss: weight of the mean distance to the class prototype
     margin: float = 1.0  # margin rank loss
     augment: str = "light"  # none, light, strong (two-view objectives default to strong)
     flip: bool = True
@@ -354,15 +356,20 @@ def _train(cfg, labels, progress, checkpoint_path, resume, data, max_seconds) ->
     if needs_protos and cfg.centre:
         base = poincare.einstein_midpoint(class_points, c=c)
     space = make_space(cfg.geometry, c, base=base)
-    protos, proto_of_class = None, None
+    protos, loss_protos, loss_target, exclude = None, None, None, None
     if needs_protos:
-        proto_nodes = seen_nodes
-        if cfg.negatives == "taxonomy":
-            proto_nodes = [name for name in labels.names if name not in cfg.holdout]
-        protos = space.from_ball(labels.embeddings[[labels.taxonomy.index(n) for n in proto_nodes]])
-        proto_of_class = torch.tensor([proto_nodes.index(n) for n in seen_nodes])
-        prep.train_targets = torch.where(prep.train_targets >= 0, proto_of_class[prep.train_targets.clamp_min(0)], -1)
-        prep.val_targets = torch.where(prep.val_targets >= 0, proto_of_class[prep.val_targets.clamp_min(0)], -1)
+        tax = labels.taxonomy
+        protos = space.from_ball(class_points)  # (K, D): the trained classes (validation)
+        loss_protos, loss_target = protos, torch.arange(len(seen_nodes))
+        if cfg.negatives == "taxonomy":  # every node but held-out subtrees; ancestors excluded per class
+            banned = set(cfg.holdout).union(*(tax.descendants(h) for h in cfg.holdout)) - set(seen_nodes)
+            nodes = [name for name in labels.names if name not in banned]
+            pos = {name: i for i, name in enumerate(nodes)}
+            loss_protos = space.from_ball(labels.embeddings[[tax.index(n) for n in nodes]])
+            loss_target = torch.tensor([pos[n] for n in seen_nodes])
+            exclude = torch.zeros(len(seen_nodes), len(nodes), dtype=torch.bool)
+            for k, node in enumerate(seen_nodes):
+                exclude[k, [pos[a] for a in tax.ancestors(node) if a in pos]] = True
     clip_r = cfg.clip_r
     if clip_r is None:  # reach the farthest class from the base point: d <= 2r/sqrt(c)
         if needs_protos:
@@ -387,12 +394,13 @@ def _train(cfg, labels, progress, checkpoint_path, resume, data, max_seconds) ->
     head = build_head(head_cfg)
     with torch.no_grad():
         head.base.copy_(base)
+    head.base.requires_grad_(cfg.learn_base and cfg.geometry == "poincare")
     encoder = encoder.to(memory_format=torch.channels_last)
 
     # the optimiser: weight decay on matrices and kernels only
     import geoopt
 
-    params = [p for m in (encoder, head) for p in m.parameters()]
+    params = [p for m in (encoder, head) for p in m.parameters() if p.requires_grad]
     decay = [p for p in params if p.dim() >= 2 and not isinstance(p, geoopt.ManifoldParameter)]
     no_decay = [p for p in params if not (p.dim() >= 2 and not isinstance(p, geoopt.ManifoldParameter))]
     opt = geoopt.optim.RiemannianAdam(
@@ -465,9 +473,12 @@ def _train(cfg, labels, progress, checkpoint_path, resume, data, max_seconds) ->
                 feats = encoder(x)  # (V*B, F)
             z = head(feats.float())  # (V*B, D) float64
             if cfg.loss == "prototype":
-                loss = losses.prototype_ce(z, protos, y, space, cfg.tau, cfg.pull)
+                loss = losses.prototype_ce(
+                    z, loss_protos, loss_target[y], space, cfg.tau, cfg.pull,
+                    exclude=None if exclude is None else exclude[y],
+                )
             elif cfg.loss == "margin":
-                loss = losses.margin_rank(z, protos, y, space, cfg.margin)
+                loss = losses.margin_rank(z, protos, y, space, cfg.margin)  # over the trained classes
             elif cfg.loss == "circle":
                 loss = losses.circle_loss(z, y, space)
             elif cfg.loss == "pairwise":

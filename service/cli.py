@@ -306,6 +306,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         cfg.time_budget = args.time_budget or None
     if args.threads is not None:
         cfg.threads = args.threads
+    for name in ("negatives", "pull", "tau"):
+        if getattr(args, name) is not None:
+            setattr(cfg, name, getattr(args, name))
     out = Path(args.out)
     if out.exists() and out.is_dir():
         raise CliError(f"--out {out}: is a directory")
@@ -529,6 +532,10 @@ def build_parser() -> argparse.ArgumentParser:
     tn.add_argument("--holdout", help="classes (synset names) kept out of training, comma separated")
     tn.add_argument("--loss", default="prototype", choices=["prototype", "margin", "pairwise", "circle", "ntxent"])
     tn.add_argument("--geometry", default="poincare", choices=["poincare", "euclidean"])
+    tn.add_argument("--negatives", choices=["classes", "taxonomy"], default=None,
+                    help="prototype losses: softmax over the trained classes or over every taxonomy node")
+    tn.add_argument("--pull", type=_nonneg_float, default=None, help="weight of the distance to the class prototype")
+    tn.add_argument("--tau", type=_positive_float, default=None, help="temperature of the logits -d/tau")
     tn.add_argument("--encoder", default="conv4", choices=["conv4", "resnet18"])
     tn.add_argument("--backbone", help="pretrained backbone state dict (.safetensors or .pt, weights only)")
     tn.add_argument("--mobius", action="store_true", help="add a Mobius linear layer to the head")
