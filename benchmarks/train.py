@@ -2,9 +2,10 @@
 
 Runs the real commands (so the times are those a user sees)::
 
-    hypsearch train --dataset fashion-mnist --labels LABELS --out MODEL                       # default
+    hypsearch train --dataset fashion-mnist --labels LABELS --out MODEL                # default
     hypsearch train --dataset fashion-mnist --labels LABELS --out TWIN --geometry euclidean   # twin
-    hypsearch train --dataset fashion-mnist --labels LABELS --out ZSL --holdout sandal.n.01,shirt.n.01
+    hypsearch train --dataset fashion-mnist --labels LABELS --out ZSL \
+        --holdout sandal.n.01,shirt.n.01
     hypsearch eval --model M --dataset fashion-mnist --split test --json                      # each
 
 then prints a markdown table; ``--write-readme`` puts it into README.md between
@@ -65,7 +66,19 @@ def _labels(path: Path, env: dict) -> Path:
     tax_path = path.with_name("taxonomy.tsv")
     if not tax_path.exists():
         default_taxonomy().to_tsv(tax_path)
-    _run([*_hypsearch(), "labels", "train", "--taxonomy", str(tax_path), "--out", str(path), "--json"], env)
+    _run(
+        [
+            *_hypsearch(),
+            "labels",
+            "train",
+            "--taxonomy",
+            str(tax_path),
+            "--out",
+            str(path),
+            "--json",
+        ],
+        env,
+    )
     return path
 
 
@@ -82,18 +95,51 @@ def table(res: dict) -> str:
         ("Recall@10", h["recall@10"], e["recall@10"], ""),
         ("mAP@R", h["map@r"], e["map@r"], "≥ 0.85"),
         ("hop mAP@50, 0 hops (class)", h["hop_map@50"]["0"], e["hop_map@50"]["0"], "≥ twin"),
-        ("hop mAP@50, 2 hops (siblings)", h["hop_map@50"]["2"], e["hop_map@50"]["2"], "≥ 0.95, ≥ twin"),
+        (
+            "hop mAP@50, 2 hops (siblings)",
+            h["hop_map@50"]["2"],
+            e["hop_map@50"]["2"],
+            "≥ 0.95, ≥ twin",
+        ),
         ("hop mAP@50, 4 hops (cousins)", h["hop_map@50"]["4"], e["hop_map@50"]["4"], "≥ twin"),
         ("hierarchical Hit@1 (all nodes)", h["hier_hit@1"], e["hier_hit@1"], "≥ twin"),
         ("hierarchical Hit@5 (all nodes)", h["hier_hit@5"], e["hier_hit@5"], "≥ twin"),
-        ("nearest-label accuracy (all nodes)", h["nearest_label_acc"], e["nearest_label_acc"], "≥ twin"),
-        ("OOD AUROC, distance to origin", h["ood"].get("auroc_radius"), e["ood"].get("auroc_radius"), "reported"),
-        ("OOD AUROC, distance to head base point", h["ood"].get("auroc_base"), e["ood"].get("auroc_base"),
-         "reported"),
-        ("OOD AUROC, max softmax prob.", h["ood"].get("auroc_msp"), e["ood"].get("auroc_msp"), "reported"),
-        ("δ_rel of encoder features", h["features_delta"]["delta_rel"], e["features_delta"]["delta_rel"], "reported"),
-        ("curvature suggested by δ_rel", h["features_delta"]["suggested_curvature"],
-         e["features_delta"]["suggested_curvature"], "reported"),
+        (
+            "nearest-label accuracy (all nodes)",
+            h["nearest_label_acc"],
+            e["nearest_label_acc"],
+            "≥ twin",
+        ),
+        (
+            "OOD AUROC, distance to origin",
+            h["ood"].get("auroc_radius"),
+            e["ood"].get("auroc_radius"),
+            "reported",
+        ),
+        (
+            "OOD AUROC, distance to head base point",
+            h["ood"].get("auroc_base"),
+            e["ood"].get("auroc_base"),
+            "reported",
+        ),
+        (
+            "OOD AUROC, max softmax prob.",
+            h["ood"].get("auroc_msp"),
+            e["ood"].get("auroc_msp"),
+            "reported",
+        ),
+        (
+            "δ_rel of encoder features",
+            h["features_delta"]["delta_rel"],
+            e["features_delta"]["delta_rel"],
+            "reported",
+        ),
+        (
+            "curvature suggested by δ_rel",
+            h["features_delta"]["suggested_curvature"],
+            e["features_delta"]["suggested_curvature"],
+            "reported",
+        ),
         ("training time (s)", ht["wall_seconds"], et["wall_seconds"], "≤ 600"),
         ("epochs", ht["epochs"], et["epochs"], ""),
     ]
@@ -102,11 +148,15 @@ def table(res: dict) -> str:
         f"#### Image training benchmark ({when}; {os.cpu_count()} CPUs, {_cpu_model()}, "
         f"torch threads {res['threads']})\n\n"
         f"`hypsearch train --dataset fashion-mnist --labels LABELS --out MODEL` (defaults, Conv-4, "
-        f"dim {h['dim']}, c = {h['curvature']:g}) and its Euclidean twin (`--geometry euclidean`: same "
+        f"dim {h['dim']}, c = {h['curvature']:g}) and its Euclidean twin "
+        f"(`--geometry euclidean`: same "
         f"encoder, loss and budget; prototypes are the label points' tangent vectors at the head's "
         f"base point), each evaluated with `hypsearch eval --json` on the 10,000 test images.\n\n"
     )
-    lines = ["| metric | hyperbolic (default) | Euclidean twin | target |", "| --- | --- | --- | --- |"]
+    lines = [
+        "| metric | hyperbolic (default) | Euclidean twin | target |",
+        "| --- | --- | --- | --- |",
+    ]
     for name, a, b, target in rows:
         digits = 0 if "time" in name or name == "epochs" else 3
         lines.append(f"| {name} | {_f(a, digits)} | {_f(b, digits)} | {target} |")
@@ -114,28 +164,40 @@ def table(res: dict) -> str:
     lines += [
         "",
         f"Zero-shot (`--holdout {HOLDOUT}`: one footwear and one clothing class never seen in "
-        f"training; {zt['wall_seconds']:.0f} s). Hierarchical Hit@1: the nearest taxonomy node among "
+        f"training; {zt['wall_seconds']:.0f} s). Hierarchical Hit@1: the nearest taxonomy node "
+        "among "
         "all but the trained classes is the class or its parent (target ≥ 0.6); 'all nodes' also "
         "counts the trained classes as candidates. Name search: precision of the 50 test images "
         "nearest to the class's label point.",
         "",
-        "| held-out class | images | hierarchical Hit@1 | Hit@1, all nodes | name search precision@50 |",
+        "| held-out class | images | hierarchical Hit@1 | Hit@1, all nodes "
+        "| name search precision@50 |",
         "| --- | --- | --- | --- | --- |",
     ]
     for node, v in zs["classes"].items():
-        lines.append(f"| {node} | {v['images']} | {_f(v['hier_hit@1'])} | {_f(v['hier_hit@1_all_nodes'])} | "
-                     f"{_f(v['name_precision@50'])} |")
-    lines.append(f"| both | {sum(v['images'] for v in zs['classes'].values())} | {_f(zs['hier_hit@1'])} | | "
-                 f"{_f(zs['name_precision@50'])} |")
+        lines.append(
+            f"| {node} | {v['images']} | {_f(v['hier_hit@1'])} | {_f(v['hier_hit@1_all_nodes'])} | "
+            f"{_f(v['name_precision@50'])} |"
+        )
+    lines.append(
+        f"| both | {sum(v['images'] for v in zs['classes'].values())} | {_f(zs['hier_hit@1'])} | | "
+        f"{_f(zs['name_precision@50'])} |"
+    )
     lines.append("")
-    lines.append(f"Same run, all test images: Recall@1 {_f(z['recall@1'])}, mAP@R {_f(z['map@r'])}.")
+    lines.append(
+        f"Same run, all test images: Recall@1 {_f(z['recall@1'])}, mAP@R {_f(z['map@r'])}."
+    )
     if "speed" in res:
         s1, s2 = res["speed"][1], res["speed"][2]
-        lines.append(f"Speed: one epoch of 12,160 training images took {s1:.0f} s with 1 torch thread and "
-                     f"{s2:.0f} s with 2 (a full epoch is 57,000 images).")
+        lines.append(
+            f"Speed: one epoch of 12,160 training images took {s1:.0f} s with 1 torch thread and "
+            f"{s2:.0f} s with 2 (a full epoch is 57,000 images)."
+        )
     la = res["loadavg"]
-    lines.append(f"Load average at the end of the run: {la[0]:.1f} / {la[1]:.1f} / {la[2]:.1f} (other work "
-                 f"shared the machine). Reproduce: `python benchmarks/train.py --threads {res['threads']}`.")
+    lines.append(
+        f"Load average at the end of the run: {la[0]:.1f} / {la[1]:.1f} / {la[2]:.1f} (other work "
+        f"shared the machine). Reproduce: `python benchmarks/train.py --threads {res['threads']}`."
+    )
     return head + "\n".join(lines) + "\n"
 
 
@@ -160,7 +222,11 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2, help="torch threads of every run")
     ap.add_argument("--reuse", action="store_true", help="reuse models already in --out-dir")
     ap.add_argument("--write-readme", action="store_true")
-    ap.add_argument("--speed", action="store_true", help="also time one epoch of 12,160 images at 1 and 2 threads")
+    ap.add_argument(
+        "--speed",
+        action="store_true",
+        help="also time one epoch of 12,160 images at 1 and 2 threads",
+    )
     args = ap.parse_args(argv)
 
     env = dict(os.environ)
@@ -179,22 +245,71 @@ def main(argv=None) -> int:
         if args.reuse and model.exists() and info_path.exists():
             info = json.loads(info_path.read_text())
         else:
-            info, wall = _run([*_hypsearch(), "train", "--dataset", "fashion-mnist", "--labels", str(labels),
-                               "--out", str(model), "--threads", str(args.threads), "--restart", "--json",
-                               *extra], env)
+            info, wall = _run(
+                [
+                    *_hypsearch(),
+                    "train",
+                    "--dataset",
+                    "fashion-mnist",
+                    "--labels",
+                    str(labels),
+                    "--out",
+                    str(model),
+                    "--threads",
+                    str(args.threads),
+                    "--restart",
+                    "--json",
+                    *extra,
+                ],
+                env,
+            )
             info["wall_seconds"] = wall
             info_path.write_text(json.dumps(info, indent=1))
-        ev, _ = _run([*_hypsearch(), "eval", "--model", str(model), "--dataset", "fashion-mnist",
-                      "--split", "test", "--threads", str(args.threads), "--json"], env)
+        ev, _ = _run(
+            [
+                *_hypsearch(),
+                "eval",
+                "--model",
+                str(model),
+                "--dataset",
+                "fashion-mnist",
+                "--split",
+                "test",
+                "--threads",
+                str(args.threads),
+                "--json",
+            ],
+            env,
+        )
         (args.out_dir / f"{name}.eval.json").write_text(json.dumps(ev, indent=1))
         res[name] = {"train": info, "eval": ev}
     if args.speed:
         res["speed"] = {}
         for threads in (1, 2):
-            info, wall = _run([*_hypsearch(), "train", "--dataset", "fashion-mnist", "--labels", str(labels),
-                               "--out", str(args.out_dir / f"speed{threads}.safetensors"), "--epochs", "1",
-                               "--limit", "12800", "--time-budget", "0", "--threads", str(threads),
-                               "--restart", "--json", "--quiet"], env)
+            info, wall = _run(
+                [
+                    *_hypsearch(),
+                    "train",
+                    "--dataset",
+                    "fashion-mnist",
+                    "--labels",
+                    str(labels),
+                    "--out",
+                    str(args.out_dir / f"speed{threads}.safetensors"),
+                    "--epochs",
+                    "1",
+                    "--limit",
+                    "12800",
+                    "--time-budget",
+                    "0",
+                    "--threads",
+                    str(threads),
+                    "--restart",
+                    "--json",
+                    "--quiet",
+                ],
+                env,
+            )
             res["speed"][threads] = info["train_seconds"]
     res["loadavg"] = os.getloadavg()
     text = table(res)

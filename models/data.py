@@ -103,7 +103,9 @@ def load_fashion_mnist(
         raise DataError(f"split {split!r}: must be one of {', '.join(_SPLIT_FILES)}")
     folder = Path(data_dir)
     if not folder.is_dir():
-        raise DataError(f"{folder}: no such folder (install the Debian package dataset-fashion-mnist)")
+        raise DataError(
+            f"{folder}: no such folder (install the Debian package dataset-fashion-mnist)"
+        )
     stem = _SPLIT_FILES[split]
     images = read_idx(_find(folder, f"{stem}-images-idx3-ubyte"))
     targets = read_idx(_find(folder, f"{stem}-labels-idx1-ubyte")).astype(np.int64)
@@ -146,7 +148,7 @@ def _stack(images: list[np.ndarray]) -> np.ndarray | list[np.ndarray]:
 
 
 def _map_class(name: str, class_map: dict[str, str] | None, taxonomy, where: str) -> str:
-    """Class name -> taxonomy node: through ``class_map``, else the name itself (or a word of the taxonomy)."""
+    """Class name -> taxonomy node: through ``class_map``, else the name (or a taxonomy word)."""
     if class_map is not None:
         if name not in class_map:
             raise DataError(f"{where}: class {name!r} has no entry in the class map")
@@ -157,7 +159,9 @@ def _map_class(name: str, class_map: dict[str, str] | None, taxonomy, where: str
         try:
             node = taxonomy.resolve(node)
         except Exception:
-            raise DataError(f"{where}: class {name!r} maps to {node!r}, which is not in the taxonomy") from None
+            raise DataError(
+                f"{where}: class {name!r} maps to {node!r}, which is not in the taxonomy"
+            ) from None
     return node
 
 
@@ -221,7 +225,11 @@ def load_manifest(
     if not rows:
         raise DataError(f"{path}: empty manifest (expected a header id,path[,label])")
     header = [h.strip().lower() for h in rows[0]]
-    if header[:2] != ["id", "path"] or len(header) > 3 or (len(header) == 3 and header[2] != "label"):
+    if (
+        header[:2] != ["id", "path"]
+        or len(header) > 3
+        or (len(header) == 3 and header[2] != "label")
+    ):
         raise DataError(f"{path}: header must be id,path[,label], got {','.join(rows[0])}")
     classes: list[tuple[str, str]] = []
     index: dict[str, int] = {}
@@ -381,12 +389,14 @@ def _one(im) -> np.ndarray | torch.Tensor:
 
 
 def to_float(images) -> torch.Tensor:
-    """uint8 or float images, (n, h, w), (n, h, w, C) or (n, C, h, w) -> float32 (n, C, h, w) in [0, 1]."""
+    """uint8/float images (n, h, w), (n, h, w, C) or (n, C, h, w) -> float32 (n, C, h, w), 0..1."""
     if not torch.is_tensor(images):
         a = np.asarray(images)
         if a.dtype == object:
             raise DataError("images of different sizes must be given as a list")
-        images = torch.from_numpy(np.array(a, copy=not a.flags.writeable or not a.flags.c_contiguous))
+        images = torch.from_numpy(
+            np.array(a, copy=not a.flags.writeable or not a.flags.c_contiguous)
+        )
     x = images
     if x.dim() == 2:
         x = x[None]
@@ -396,7 +406,9 @@ def to_float(images) -> torch.Tensor:
         if x.shape[-1] in (1, 3, 4):
             x = x.permute(0, 3, 1, 2)  # channels last (decoded images) -> first
         elif x.shape[1] not in (1, 3, 4):
-            raise DataError(f"images (n, h, w, C) need 1, 3 or 4 channels, got shape {tuple(x.shape)}")
+            raise DataError(
+                f"images (n, h, w, C) need 1, 3 or 4 channels, got shape {tuple(x.shape)}"
+            )
     else:
         raise DataError(f"images must be (n, h, w) or (n, h, w, C), got shape {tuple(x.shape)}")
     if x.dtype == torch.uint8:
@@ -426,9 +438,9 @@ def convert_channels(x: torch.Tensor, channels: int) -> torch.Tensor:
 
 def invert_light_background(x: torch.Tensor, threshold: float = 0.5) -> torch.Tensor:
     """Invert the images whose one-pixel border is brighter than ``threshold`` on average."""
-    border = torch.cat(
-        [x[..., 0, :], x[..., -1, :], x[..., :, 0], x[..., :, -1]], dim=-1
-    ).mean(dim=(1, 2))  # (n,)
+    border = torch.cat([x[..., 0, :], x[..., -1, :], x[..., :, 0], x[..., :, -1]], dim=-1).mean(
+        dim=(1, 2)
+    )  # (n,)
     light = (border > threshold).view(-1, 1, 1, 1)
     return torch.where(light, 1 - x, x)
 
@@ -456,7 +468,7 @@ def random_resized_crop(
     ratio: tuple[float, float] = (3 / 4, 4 / 3),
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    """A random crop of each image (area fraction in ``scale``, aspect in ``ratio``) resized to ``size``.
+    """A random crop of each image (area in ``scale``, aspect in ``ratio``) resized to ``size``.
 
     Batched through an affine sampling grid (bilinear, zero padding never
     used: crops stay inside the image).
@@ -473,10 +485,14 @@ def random_resized_crop(
     theta[:, 0, 0], theta[:, 0, 2] = w, cx
     theta[:, 1, 1], theta[:, 1, 2] = h, cy
     grid = torch.nn.functional.affine_grid(theta, (n, x.shape[1], size, size), align_corners=False)
-    return torch.nn.functional.grid_sample(x, grid, mode="bilinear", padding_mode="border", align_corners=False)
+    return torch.nn.functional.grid_sample(
+        x, grid, mode="bilinear", padding_mode="border", align_corners=False
+    )
 
 
-def random_flip(x: torch.Tensor, p: float = 0.5, generator: torch.Generator | None = None) -> torch.Tensor:
+def random_flip(
+    x: torch.Tensor, p: float = 0.5, generator: torch.Generator | None = None
+) -> torch.Tensor:
     """Horizontal flip of each image with probability ``p``."""
     flip = (torch.rand(x.shape[0], generator=generator) < p).view(-1, 1, 1, 1)
     return torch.where(flip, x.flip(-1), x)
@@ -489,7 +505,7 @@ def color_jitter(
     saturation: float = 0.4,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    """Random brightness, contrast and (3 channels) saturation factors in [1 - s, 1 + s]; pixels in [0, 1]."""
+    """Random brightness, contrast and (RGB) saturation factors in [1 - s, 1 + s]."""
     n = x.shape[0]
 
     def factor(s):
@@ -497,7 +513,9 @@ def color_jitter(
 
     x = x * factor(brightness)
     gray = x.mean(dim=1, keepdim=True) if x.shape[1] == 1 else convert_channels(x, 1)
-    x = (x - gray.mean(dim=(2, 3), keepdim=True)) * factor(contrast) + gray.mean(dim=(2, 3), keepdim=True)
+    x = (x - gray.mean(dim=(2, 3), keepdim=True)) * factor(contrast) + gray.mean(
+        dim=(2, 3), keepdim=True
+    )
     if x.shape[1] == 3 and saturation > 0:
         g = convert_channels(x, 1)
         x = (x - g) * factor(saturation) + g
@@ -510,7 +528,7 @@ def gaussian_blur(
     p: float = 0.5,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    """Gaussian blur with a random sigma per image, applied with probability ``p`` (separable, reflect pad)."""
+    """Gaussian blur, random sigma per image, applied with probability ``p`` (separable)."""
     n, ch, h, w = x.shape
     s = torch.empty(n).uniform_(sigma[0], sigma[1], generator=generator)
     apply = torch.rand(n, generator=generator) < p
@@ -548,7 +566,9 @@ class Augment:
             return x
         size = x.shape[-1]
         if self.strength == "light":
-            x = random_resized_crop(x, size, scale=(0.7, 1.0), ratio=(0.85, 1.18), generator=generator)
+            x = random_resized_crop(
+                x, size, scale=(0.7, 1.0), ratio=(0.85, 1.18), generator=generator
+            )
             if self.flip:
                 x = random_flip(x, generator=generator)
             return x

@@ -49,7 +49,9 @@ class Conv4(nn.Module):
         if len(cfg.widths) != 4:
             raise ValueError(f"conv4 needs 4 widths, got {cfg.widths}")
         chans = [cfg.in_channels, *cfg.widths]
-        self.blocks = nn.Sequential(*[_block(a, b) for a, b in zip(chans[:-1], chans[1:], strict=True)])
+        self.blocks = nn.Sequential(
+            *[_block(a, b) for a, b in zip(chans[:-1], chans[1:], strict=True)]
+        )
         self.out_features = cfg.widths[-1]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -85,7 +87,9 @@ class ResNet18(nn.Module):
         small = cfg.input_size <= 64
         if small:  # CIFAR-style stem: keep the resolution of small images
             self.stem = nn.Sequential(
-                nn.Conv2d(cfg.in_channels, w, 3, 1, 1, bias=False), nn.BatchNorm2d(w), nn.ReLU(inplace=True)
+                nn.Conv2d(cfg.in_channels, w, 3, 1, 1, bias=False),
+                nn.BatchNorm2d(w),
+                nn.ReLU(inplace=True),
             )
         else:  # ImageNet stem
             self.stem = nn.Sequential(
@@ -139,7 +143,9 @@ def load_backbone(encoder: nn.Module, path: str | os.PathLike, *, strict: bool =
         else:
             state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # many formats, many errors
-        raise ValueError(f"{path}: cannot read backbone weights ({type(e).__name__}: {e})") from None
+        raise ValueError(
+            f"{path}: cannot read backbone weights ({type(e).__name__}: {e})"
+        ) from None
     for key in ("state_dict", "model"):
         if isinstance(state, dict) and isinstance(state.get(key), dict):
             state = state[key]
@@ -159,6 +165,8 @@ def load_backbone(encoder: nn.Module, path: str | os.PathLike, *, strict: bool =
     if not usable:
         raise ValueError(f"{path}: no tensor matches the {type(encoder).__name__} backbone")
     if strict and (skipped or missing):
-        raise ValueError(f"{path}: {len(missing)} backbone tensors missing, {len(skipped)} unexpected")
+        raise ValueError(
+            f"{path}: {len(missing)} backbone tensors missing, {len(skipped)} unexpected"
+        )
     encoder.load_state_dict(usable, strict=False)
     return {"loaded": len(usable), "skipped": skipped, "missing": missing}

@@ -70,7 +70,11 @@ def ranked_neighbours(z: torch.Tensor, space: Space, k: int, chunk: int = 512) -
 
 
 def retrieval_metrics(
-    z: torch.Tensor, targets: np.ndarray, space: Space, ks=(1, 5, 10), nn: torch.Tensor | None = None
+    z: torch.Tensor,
+    targets: np.ndarray,
+    space: Space,
+    ks=(1, 5, 10),
+    nn: torch.Tensor | None = None,
 ) -> dict[str, float]:
     """Recall@k and mAP@R of every item queried against the others."""
     t = torch.as_tensor(np.asarray(targets))
@@ -151,7 +155,9 @@ def label_hits(
     hits = {k: 0 for k in ks}
     exact = 0
     for s in range(0, len(nodes), 1024):
-        top = space.pairwise(z[s : s + 1024], P).topk(kmax, dim=1, largest=False).indices  # (b, kmax)
+        top = (
+            space.pairwise(z[s : s + 1024], P).topk(kmax, dim=1, largest=False).indices
+        )  # (b, kmax)
         for row, node in zip(top.tolist(), nodes[s : s + 1024], strict=True):
             ok = {pos[x] for x in [node, *tax.parents(node)] if x in pos}
             for k in ks:
@@ -205,7 +211,9 @@ def evaluate_model(
     tax = labels.taxonomy
     keep = np.flatnonzero(np.asarray(data.targets) >= 0)
     targets = np.asarray(data.targets)[keep]
-    images = data.images[keep] if isinstance(data.images, np.ndarray) else [data.images[i] for i in keep]
+    images = (
+        data.images[keep] if isinstance(data.images, np.ndarray) else [data.images[i] for i in keep]
+    )
     class_nodes = [node for _, node in data.classes]
     for node in class_nodes:
         if node not in tax:
@@ -217,8 +225,12 @@ def evaluate_model(
     kmax = max(50, int(counts.max()) - 1)
     nn = ranked_neighbours(z, space, kmax)
     bar.update(1)
-    out: dict = {"images": int(len(targets)), "geometry": model.geometry, "dim": model.dim,
-                 "curvature": model.curvature}
+    out: dict = {
+        "images": int(len(targets)),
+        "geometry": model.geometry,
+        "dim": model.dim,
+        "curvature": model.curvature,
+    }
     out |= retrieval_metrics(z, targets, space, nn=nn)
     out["hop_map@50"] = hop_map(z, targets, class_nodes, tax, space, nn=nn)
     bar.update(1)
@@ -239,7 +251,9 @@ def evaluate_model(
             all_rows += rows
             p = space.from_ball(labels.embeddings[[tax.index(node)]])
             near = space.pairwise(p, z)[0].argsort(stable=True)[:50]
-            prec = float(np.mean([item_nodes[i] == node for i in near.tolist()])) if len(near) else 0.0
+            prec = (
+                float(np.mean([item_nodes[i] == node for i in near.tolist()])) if len(near) else 0.0
+            )
             zsl = label_hits(z[rows], [node] * len(rows), not_seen, labels, space, ks=(1,))
             gzsl = label_hits(z[rows], [node] * len(rows), tax.names, labels, space, ks=(1,))
             zs[node] = {
@@ -251,7 +265,9 @@ def evaluate_model(
         nodes_rows = [item_nodes[i] for i in all_rows]
         out["zero_shot"] = {
             "classes": zs,
-            "hier_hit@1": label_hits(z[all_rows], nodes_rows, not_seen, labels, space, ks=(1,))["hier_hit@1"],
+            "hier_hit@1": label_hits(z[all_rows], nodes_rows, not_seen, labels, space, ks=(1,))[
+                "hier_hit@1"
+            ],
             "name_precision@50": float(np.mean([v["name_precision@50"] for v in zs.values()])),
         }
     bar.update(1)
@@ -260,7 +276,9 @@ def evaluate_model(
         try:
             digits = load_ood_digits()
         except ImportError:
-            out["ood"] = {"skipped": "scikit-learn is not installed (its bundled digits are the OOD set)"}
+            out["ood"] = {
+                "skipped": "scikit-learn is not installed (its bundled digits are the OOD set)"
+            }
         else:
             zo = model.embed(digits)
             protos = model.prototypes(seen)
@@ -278,7 +296,9 @@ def evaluate_model(
             }
     if delta:
         rng = np.random.default_rng(0)
-        pick = np.sort(rng.choice(len(targets), size=min(delta_samples, len(targets)), replace=False))
+        pick = np.sort(
+            rng.choice(len(targets), size=min(delta_samples, len(targets)), replace=False)
+        )
         sub = images[pick] if isinstance(images, np.ndarray) else [images[i] for i in pick]
         feats = model.features(sub).to(torch.float64)
         d = delta_hyperbolicity(feats, n_samples=delta_samples, seed=0)

@@ -48,7 +48,9 @@ class Space:
 
     name = "?"
 
-    def pairwise(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:  # (n, D), (m, D) -> (n, m)
+    def pairwise(
+        self, x: torch.Tensor, y: torch.Tensor
+    ) -> torch.Tensor:  # (n, D), (m, D) -> (n, m)
         raise NotImplementedError
 
     def dist(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:  # (n, D), (n, D) -> (n,)
@@ -57,7 +59,9 @@ class Space:
     def to_origin(self, x: torch.Tensor) -> torch.Tensor:  # (n, D) -> (n,)
         raise NotImplementedError
 
-    def to_base(self, x: torch.Tensor) -> torch.Tensor:  # (n, D) -> (n,), from the head's base point
+    def to_base(
+        self, x: torch.Tensor
+    ) -> torch.Tensor:  # (n, D) -> (n,), from the head's base point
         raise NotImplementedError
 
     def from_ball(self, p: torch.Tensor) -> torch.Tensor:
@@ -171,7 +175,9 @@ class HyperbolicHead(nn.Module):
         self.cfg = cfg
         self.linear = nn.Linear(cfg.in_features, cfg.dim)
         ball = geoopt.PoincareBall(c=cfg.curvature)
-        self.base = geoopt.ManifoldParameter(torch.zeros(cfg.dim, dtype=torch.float64), manifold=ball)
+        self.base = geoopt.ManifoldParameter(
+            torch.zeros(cfg.dim, dtype=torch.float64), manifold=ball
+        )
         self.mobius = None
         if cfg.mobius:
             self.mobius = nn.Parameter(torch.eye(cfg.dim, dtype=torch.float64))

@@ -146,8 +146,14 @@ class ImageModel:
     # ---------------------------------------------------------------- io
     def tensors_and_meta(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         # 0-d tensors (batch-norm counters) are stored as (1,): safetensors hashing views bytes
-        tensors = {f"encoder.{k}": v.reshape(-1) if v.dim() == 0 else v for k, v in self.encoder.state_dict().items()}
-        tensors |= {f"head.{k}": v.reshape(-1) if v.dim() == 0 else v for k, v in self.head.state_dict().items()}
+        tensors = {
+            f"encoder.{k}": v.reshape(-1) if v.dim() == 0 else v
+            for k, v in self.encoder.state_dict().items()
+        }
+        tensors |= {
+            f"head.{k}": v.reshape(-1) if v.dim() == 0 else v
+            for k, v in self.head.state_dict().items()
+        }
         lt, lmeta = self.labels.tensors_and_meta()
         tensors |= {f"labels.{k}": v for k, v in lt.items()}
         meta = {
@@ -174,7 +180,9 @@ class ImageModel:
         return self.version
 
     @classmethod
-    def from_tensors(cls, tensors: dict[str, torch.Tensor], meta: dict[str, Any], where: str) -> ImageModel:
+    def from_tensors(
+        cls, tensors: dict[str, torch.Tensor], meta: dict[str, Any], where: str
+    ) -> ImageModel:
         try:
             enc_cfg = EncoderConfig(**meta["encoder"])
             head_cfg = HeadConfig(**meta["head"])
@@ -182,12 +190,25 @@ class ImageModel:
             classes = [tuple(c) for c in meta["classes"]]
             lmeta = meta["labels"]
         except (KeyError, TypeError, ValueError) as e:
-            raise CheckpointError(f"{where}: model checkpoint metadata is incomplete ({e})") from None
+            raise CheckpointError(
+                f"{where}: model checkpoint metadata is incomplete ({e})"
+            ) from None
         labels = LabelEmbedding.from_tensors(
-            {k[len("labels.") :]: v for k, v in tensors.items() if k.startswith("labels.")}, lmeta, where
+            {k[len("labels.") :]: v for k, v in tensors.items() if k.startswith("labels.")},
+            lmeta,
+            where,
         )
         labels.version = meta.get("labels_version", "")
-        model = cls(enc_cfg, head_cfg, pre, labels, classes, meta.get("holdout"), meta.get("config"), meta.get("metrics"))
+        model = cls(
+            enc_cfg,
+            head_cfg,
+            pre,
+            labels,
+            classes,
+            meta.get("holdout"),
+            meta.get("config"),
+            meta.get("metrics"),
+        )
         for prefix, module in (("encoder.", model.encoder), ("head.", model.head)):
             state = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
             for k, v in module.state_dict().items():
@@ -197,7 +218,9 @@ class ImageModel:
                 module.load_state_dict(state, strict=True)
             except RuntimeError as e:
                 first = str(e).strip().splitlines()[0]
-                raise CheckpointError(f"{where}: {prefix[:-1]} weights do not match its config ({first})") from None
+                raise CheckpointError(
+                    f"{where}: {prefix[:-1]} weights do not match its config ({first})"
+                ) from None
         model.encoder = model.encoder.to(memory_format=torch.channels_last)
         model.encoder.eval()
         model.head.eval()
@@ -212,7 +235,8 @@ class ImageModel:
 
     def __repr__(self) -> str:
         return (
-            f"ImageModel({self.encoder_cfg.name}, {self.geometry} dim={self.dim} c={self.curvature:g}, "
+            f"ImageModel({self.encoder_cfg.name}, {self.geometry} dim={self.dim} "
+            f"c={self.curvature:g}, "
             f"{len(self.classes)} classes, holdout={self.holdout}, version={self.version[:12]})"
         )
 

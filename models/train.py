@@ -5,11 +5,28 @@ Reads top to bottom: a :class:`TrainConfig`, a pure :func:`get_lr`, the data
 (views, forward, objective, backward, clipping, step; an evaluation on the
 validation split and a resumable checkpoint after every epoch).
 
+The default objective (``loss="prototype"``): softmax cross-entropy over
+:math:`-d(z, p)/\tau` against the label points of every taxonomy node (the
+image's class is the target; its ancestors are neither target nor negative;
+held-out classes and their subtrees are left out entirely), plus ``pull``
+times :math:`d(z, p_{class})`, which gathers each class around its label
+point. The head works around a base point, the Einstein midpoint of the
+trained classes' label points (see :class:`models.heads.HyperbolicHead`): the
+label points of a deep WordNet subtree sit in a thin cone far from the
+origin (the ten Fashion-MNIST classes point in directions with cosines above
+0.99), and seen from their midpoint they spread in every direction. The
+Euclidean twin (``geometry="euclidean"``) trains the same encoder and loss
+against the tangent vectors of the same label points at that base point.
+
 Optimisation is Riemannian Adam (geoopt): Euclidean parameters get plain
-Adam, parameters that live on the ball (the bias of the optional Möbius layer)
-are updated along the manifold. The encoder runs under bfloat16 autocast on
-CPUs that support it (about 2x faster on 2 cores); heads, distances and
-losses are float64.
+Adam, parameters that live on the ball (the bias of the optional Möbius
+layer; the base point with ``learn_base``) are updated along the manifold.
+Warm-up then cosine decay (:func:`get_lr`), gradient-norm clipping, and a
+time budget that shrinks the schedule after the first epoch when the
+requested epochs would not fit. The encoder runs under bfloat16 autocast on
+CPUs that support it (about 2x faster) in channels-last layout, with one
+torch thread by default (on the shared 2-core machine one thread measured
+about 4x faster than two); heads, distances and losses are float64.
 """
 
 from __future__ import annotations
@@ -36,8 +53,8 @@ from .data import (
     normalize,
     split_indices,
 )
-from .geometry import poincare
 from .encoders import EncoderConfig, build_encoder, load_backbone
+from .geometry import poincare
 from .heads import HeadConfig, build_head, make_space
 from .image_model import KIND, ImageModel
 from .labels import LabelEmbedding
@@ -61,7 +78,9 @@ class TrainConfig:
     holdout: list[str] = field(default_factory=list)  # taxonomy nodes kept out of training
     limit: int | None = None  # use only this many training images (stratified; quick runs, tests)
     val_fraction: float = 0.05  # stratified validation split of the training images
-    input_size: int | None = None  # None: the images' own size (Fashion-MNIST 28), 64 for user images
+    input_size: int | None = (
+        None  # None: the images' own size (Fashion-MNIST 28), 64 for user images
+    )
     # model
     encoder: str = "conv4"
     widths: list[int] = field(default_factory=lambda: [32, 64, 128, 128])
@@ -70,7 +89,9 @@ class TrainConfig:
     dim: int | None = None  # None: the label embedding's dimension
     clip_r: float | None = None  # None: reach the farthest class prototype (radius / 2 + 0.5)
     mobius: bool = False
-    centre: bool = True  # head around the Einstein midpoint of the class prototypes (else the origin)
+    centre: bool = (
+        True  # head around the Einstein midpoint of the class prototypes (else the origin)
+    )
     learn_base: bool = False  # train that base point too (Riemannian Adam on the ball)
     # objective
     loss: str = "prototype"  # prototype, margin, pairwise, circle, ntxent
@@ -146,13 +167,16 @@ def _resolve_holdout(names: list[str], classes: list[tuple[str, str]]) -> list[s
         hits = [node for name, node in classes if h in (node, name)]
         if not hits:
             raise TrainError(
-                f"--holdout {h}: not a class of the data (classes: {', '.join(n for _, n in classes)})"
+                f"--holdout {h}: not a class of the data "
+                f"(classes: {', '.join(n for _, n in classes)})"
             )
         out.append(hits[0])
     return out
 
 
-def prepare_data(cfg: TrainConfig, labels: LabelEmbedding | None, data: ImageSet | None = None) -> Prepared:
+def prepare_data(
+    cfg: TrainConfig, labels: LabelEmbedding | None, data: ImageSet | None = None
+) -> Prepared:
     """Load the training images, check their classes against the labels, split, preprocess once."""
     if data is None:
         data = load_dataset(
@@ -167,7 +191,9 @@ def prepare_data(cfg: TrainConfig, labels: LabelEmbedding | None, data: ImageSet
     if labels is not None:
         for name, node in classes:
             if node not in labels.taxonomy:
-                raise TrainError(f"class {name!r} maps to {node!r}, which the label embedding does not contain")
+                raise TrainError(
+                    f"class {name!r} maps to {node!r}, which the label embedding does not contain"
+                )
     holdout = _resolve_holdout(cfg.holdout, classes)
     cfg.holdout = holdout
     seen = [i for i, (_, node) in enumerate(classes) if node not in holdout]
@@ -192,8 +218,13 @@ def prepare_data(cfg: TrainConfig, labels: LabelEmbedding | None, data: ImageSet
     size = cfg.input_size or (shape0[0] if cfg.images is None else 64)
     channels = 1 if len(shape0) == 2 else 3
     fmnist = cfg.images is None and cfg.dataset == "fashion-mnist"
-    pre = Preprocess(size=size, channels=channels, mean=(0.0,) * channels, std=(1.0,) * channels,
-                     background="dark" if fmnist else "any")
+    pre = Preprocess(
+        size=size,
+        channels=channels,
+        mean=(0.0,) * channels,
+        std=(1.0,) * channels,
+        background="dark" if fmnist else "any",
+    )
 
     def pixels(rows: np.ndarray) -> torch.Tensor:
         if isinstance(images, np.ndarray):
@@ -240,7 +271,10 @@ def _optimizer_tensors(opt: torch.optim.Optimizer) -> tuple[dict[str, torch.Tens
                     scalars[f"{i}.{k}.0d"] = True
             else:
                 scalars[f"{i}.{k}"] = v
-    groups = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items()} for g in sd["param_groups"]]
+    groups = [
+        {k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items()}
+        for g in sd["param_groups"]
+    ]
     return tensors, {"scalars": scalars, "param_groups": groups}
 
 
@@ -256,7 +290,9 @@ def _load_optimizer(opt: torch.optim.Optimizer, tensors: dict, meta: dict) -> No
             state[int(i)][k[:-3]] = state[int(i)][k[:-3]].reshape(())
         else:
             state.setdefault(int(i), {})[k] = v
-    groups = [{k: (tuple(v) if k == "betas" else v) for k, v in g.items()} for g in meta["param_groups"]]
+    groups = [
+        {k: (tuple(v) if k == "betas" else v) for k, v in g.items()} for g in meta["param_groups"]
+    ]
     opt.load_state_dict({"state": state, "param_groups": groups})
 
 
@@ -348,7 +384,9 @@ def _train(cfg, labels, progress, checkpoint_path, resume, data, max_seconds) ->
     torch.manual_seed(cfg.seed)
     dim = cfg.dim or labels.dim
     if needs_protos and dim != labels.dim:
-        raise TrainError(f"--dim {dim}: the {cfg.loss} loss needs the label embedding's dimension {labels.dim}")
+        raise TrainError(
+            f"--dim {dim}: the {cfg.loss} loss needs the label embedding's dimension {labels.dim}"
+        )
     c = labels.curvature
     # the head's base point: the Einstein midpoint of the trained classes' label points
     base = torch.zeros(dim, dtype=torch.float64)
@@ -361,8 +399,12 @@ def _train(cfg, labels, progress, checkpoint_path, resume, data, max_seconds) ->
         tax = labels.taxonomy
         protos = space.from_ball(class_points)  # (K, D): the trained classes (validation)
         loss_protos, loss_target = protos, torch.arange(len(seen_nodes))
-        if cfg.negatives == "taxonomy":  # every node but held-out subtrees; ancestors excluded per class
-            banned = set(cfg.holdout).union(*(tax.descendants(h) for h in cfg.holdout)) - set(seen_nodes)
+        if (
+            cfg.negatives == "taxonomy"
+        ):  # every node but held-out subtrees; ancestors excluded per class
+            banned = set(cfg.holdout).union(*(tax.descendants(h) for h in cfg.holdout)) - set(
+                seen_nodes
+            )
             nodes = [name for name in labels.names if name not in banned]
             pos = {name: i for i, name in enumerate(nodes)}
             loss_protos = space.from_ball(labels.embeddings[[tax.index(n) for n in nodes]])
@@ -378,7 +420,9 @@ def _train(cfg, labels, progress, checkpoint_path, resume, data, max_seconds) ->
         else:
             clip_r = 2.3  # Hyp-ViT
     enc_cfg = EncoderConfig(
-        name=cfg.encoder, in_channels=prep.preprocess.channels, input_size=prep.preprocess.size,
+        name=cfg.encoder,
+        in_channels=prep.preprocess.channels,
+        input_size=prep.preprocess.size,
         widths=list(cfg.widths),
     )
     encoder = build_encoder(enc_cfg)
@@ -388,8 +432,12 @@ def _train(cfg, labels, progress, checkpoint_path, resume, data, max_seconds) ->
         except ValueError as e:
             raise TrainError(str(e)) from None
     head_cfg = HeadConfig(
-        in_features=encoder.out_features, dim=dim, geometry=cfg.geometry,
-        curvature=labels.curvature, clip_r=clip_r, mobius=cfg.mobius,
+        in_features=encoder.out_features,
+        dim=dim,
+        geometry=cfg.geometry,
+        curvature=labels.curvature,
+        clip_r=clip_r,
+        mobius=cfg.mobius,
     )
     head = build_head(head_cfg)
     with torch.no_grad():
@@ -402,9 +450,14 @@ def _train(cfg, labels, progress, checkpoint_path, resume, data, max_seconds) ->
 
     params = [p for m in (encoder, head) for p in m.parameters() if p.requires_grad]
     decay = [p for p in params if p.dim() >= 2 and not isinstance(p, geoopt.ManifoldParameter)]
-    no_decay = [p for p in params if not (p.dim() >= 2 and not isinstance(p, geoopt.ManifoldParameter))]
+    no_decay = [
+        p for p in params if not (p.dim() >= 2 and not isinstance(p, geoopt.ManifoldParameter))
+    ]
     opt = geoopt.optim.RiemannianAdam(
-        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        [
+            {"params": decay, "weight_decay": cfg.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ],
         lr=cfg.lr,
     )
     amp = cfg.amp and _amp_supported()
@@ -421,10 +474,15 @@ def _train(cfg, labels, progress, checkpoint_path, resume, data, max_seconds) ->
     ckpt = Path(checkpoint_path) if checkpoint_path else None
     if ckpt is not None and resume and ckpt.exists():
         tensors, meta, _ = load_checkpoint(ckpt, kind=KIND)
-        if meta.get("run", {}).get("config_key") != _config_key(cfg) or meta.get("labels_version") != labels.version:
-            raise TrainError(f"{ckpt}: unfinished run of another configuration or labels (use --restart)")
+        if (
+            meta.get("run", {}).get("config_key") != _config_key(cfg)
+            or meta.get("labels_version") != labels.version
+        ):
+            raise TrainError(
+                f"{ckpt}: unfinished run of another configuration or labels (use --restart)"
+            )
         for prefix, module in (("encoder.", encoder), ("head.", head)):
-            state = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
+            state = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
             for k, v in module.state_dict().items():
                 if v.dim() == 0 and k in state:
                     state[k] = state[k].reshape(())
@@ -436,19 +494,34 @@ def _train(cfg, labels, progress, checkpoint_path, resume, data, max_seconds) ->
 
     def model_now(metrics: dict) -> ImageModel:
         return ImageModel(
-            enc_cfg, head_cfg, prep.preprocess, labels, prep.classes,
-            holdout=list(cfg.holdout), config=dataclasses.asdict(cfg), metrics=metrics,
-            encoder=encoder, head=head,
+            enc_cfg,
+            head_cfg,
+            prep.preprocess,
+            labels,
+            prep.classes,
+            holdout=list(cfg.holdout),
+            config=dataclasses.asdict(cfg),
+            metrics=metrics,
+            encoder=encoder,
+            head=head,
         )
 
-    augment = Augment("strong" if two_views and cfg.augment == "light" else cfg.augment, flip=cfg.flip)
+    augment = Augment(
+        "strong" if two_views and cfg.augment == "light" else cfg.augment, flip=cfg.flip
+    )
     pre = prep.preprocess
     bar = None
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=max_iters, initial=epoch0 * iters_per_epoch, desc="train", unit="it",
-                   dynamic_ncols=True, leave=False)
+        bar = tqdm(
+            total=max_iters,
+            initial=epoch0 * iters_per_epoch,
+            desc="train",
+            unit="it",
+            dynamic_ncols=True,
+            leave=False,
+        )
     encoder.train()
     head.train()
     it = epoch0 * iters_per_epoch
@@ -474,11 +547,18 @@ def _train(cfg, labels, progress, checkpoint_path, resume, data, max_seconds) ->
             z = head(feats.float())  # (V*B, D) float64
             if cfg.loss == "prototype":
                 loss = losses.prototype_ce(
-                    z, loss_protos, loss_target[y], space, cfg.tau, cfg.pull,
+                    z,
+                    loss_protos,
+                    loss_target[y],
+                    space,
+                    cfg.tau,
+                    cfg.pull,
                     exclude=None if exclude is None else exclude[y],
                 )
             elif cfg.loss == "margin":
-                loss = losses.margin_rank(z, protos, y, space, cfg.margin)  # over the trained classes
+                loss = losses.margin_rank(
+                    z, protos, y, space, cfg.margin
+                )  # over the trained classes
             elif cfg.loss == "circle":
                 loss = losses.circle_loss(z, y, space)
             elif cfg.loss == "pairwise":
@@ -499,17 +579,33 @@ def _train(cfg, labels, progress, checkpoint_path, resume, data, max_seconds) ->
             it += 1
             if bar is not None:
                 bar.update(1)
-                bar.set_postfix(epoch=epoch + 1, loss=f"{running / count:.4f}", lr=f"{lr:.1e}", refresh=False)
+                bar.set_postfix(
+                    epoch=epoch + 1, loss=f"{running / count:.4f}", lr=f"{lr:.1e}", refresh=False
+                )
         val = _validate(encoder, head, space, protos, prep.val_pixels, prep.val_targets, pre, amp)
-        history.append({"epoch": epoch + 1, "loss": running / max(count, 1), **val,
-                        "seconds": time.perf_counter() - t0})
+        history.append(
+            {
+                "epoch": epoch + 1,
+                "loss": running / max(count, 1),
+                **val,
+                "seconds": time.perf_counter() - t0,
+            }
+        )
         if bar is not None:
-            bar.set_postfix(epoch=epoch + 1, loss=f"{running / max(count, 1):.4f}",
-                            **{k: f"{v:.4f}" for k, v in val.items()})
+            bar.set_postfix(
+                epoch=epoch + 1,
+                loss=f"{running / max(count, 1):.4f}",
+                **{k: f"{v:.4f}" for k, v in val.items()},
+            )
         if ckpt is not None:
             ot, om = _optimizer_tensors(opt)
-            run = {"config_key": _config_key(cfg), "optim": om, "epoch": epoch + 1,
-                   "history": history, "seconds": time.perf_counter() - t0}
+            run = {
+                "config_key": _config_key(cfg),
+                "optim": om,
+                "epoch": epoch + 1,
+                "history": history,
+                "seconds": time.perf_counter() - t0,
+            }
             model_now({}).save(ckpt, extra_tensors=ot, extra_meta={"run": run, "partial": True})
         if max_seconds is not None and time.perf_counter() - t0 > max_seconds:
             break
@@ -523,7 +619,9 @@ def _train(cfg, labels, progress, checkpoint_path, resume, data, max_seconds) ->
                 max_iters = planned * iters_per_epoch
                 if bar is not None:
                     bar.total = max_iters
-                    bar.write(f"time budget {cfg.time_budget:.0f} s: {planned} of {cfg.epochs} epochs fit")
+                    bar.write(
+                        f"time budget {cfg.time_budget:.0f} s: {planned} of {cfg.epochs} epochs fit"
+                    )
     if bar is not None:
         bar.close()
 

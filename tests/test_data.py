@@ -200,7 +200,9 @@ def test_views_shapes_ranges_and_determinism():
         assert not torch.equal(a, c)
         assert a.shape[:2] == (6, 3) and torch.isfinite(a).all()
     # a full-size crop of the whole image is the image
-    full = random_resized_crop(x, 32, scale=(1.0, 1.0), ratio=(1.0, 1.0), generator=torch.Generator())
+    full = random_resized_crop(
+        x, 32, scale=(1.0, 1.0), ratio=(1.0, 1.0), generator=torch.Generator()
+    )
     assert torch.allclose(full, x, atol=1e-5)
     # flip with p=1 mirrors
     assert torch.equal(random_flip(x, p=1.0), x.flip(-1))

@@ -35,7 +35,10 @@ def test_load_backbone(tmp_path):
     torch.manual_seed(0)
     cfg = EncoderConfig("conv4", 1, 28, [8, 8, 16, 16])
     src, dst = build_encoder(cfg), build_encoder(cfg)
-    save_file({"module." + k: v.contiguous() for k, v in src.state_dict().items()}, tmp_path / "b.safetensors")
+    save_file(
+        {"module." + k: v.contiguous() for k, v in src.state_dict().items()},
+        tmp_path / "b.safetensors",
+    )
     info = load_backbone(dst, tmp_path / "b.safetensors")
     assert info["loaded"] == len(src.state_dict()) and not info["missing"]
     for k, v in src.state_dict().items():
@@ -72,7 +75,9 @@ def test_hyperbolic_head_inside_ball_finite_gradients(mobius):
 def test_euclidean_space_prototypes_are_tangent_vectors_at_base():
     c = 1.0
     base = poincare.expmap0(torch.tensor([0.5, -0.2, 0.1], dtype=torch.float64), c=c)
-    p = poincare.expmap0(torch.tensor([[2.0, 1.0, 0.0], [0.0, -3.0, 1.0]], dtype=torch.float64), c=c)
+    p = poincare.expmap0(
+        torch.tensor([[2.0, 1.0, 0.0], [0.0, -3.0, 1.0]], dtype=torch.float64), c=c
+    )
     e = EuclideanSpace(c, base).from_ball(p)
     # |log_0((-m) ⊕ p)| = sqrt(c) d(m, p) / 2
     assert torch.allclose(e.norm(dim=1), poincare.dist(base.expand_as(p), p, c=c) / 2, rtol=1e-10)
@@ -102,7 +107,9 @@ def _fit(loss_fn, steps=60, dim=4, seed=0):
 
 
 @pytest.mark.parametrize("name", ["prototype", "margin", "circle", "pairwise", "ntxent"])
-@pytest.mark.parametrize("space", [PoincareSpace(1.0), EuclideanSpace(1.0)], ids=["poincare", "euclidean"])
+@pytest.mark.parametrize(
+    "space", [PoincareSpace(1.0), EuclideanSpace(1.0)], ids=["poincare", "euclidean"]
+)
 def test_each_loss_decreases(name, space):
     x, y, protos = _tiny_problem()
     if space.name == "euclidean":
@@ -130,7 +137,9 @@ def test_each_loss_decreases(name, space):
 
 def test_losses_against_definitions():
     space = PoincareSpace(1.0)
-    z = poincare.expmap0(torch.tensor([[0.3, 0.1], [-0.2, 0.5], [0.0, -0.4]], dtype=torch.float64), c=1.0)
+    z = poincare.expmap0(
+        torch.tensor([[0.3, 0.1], [-0.2, 0.5], [0.0, -0.4]], dtype=torch.float64), c=1.0
+    )
     protos = poincare.expmap0(torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64), c=1.0)
     y = torch.tensor([0, 1, 1])
     d = torch.stack([torch.stack([poincare.dist(a, b, c=1.0) for b in protos]) for a in z])
@@ -145,8 +154,16 @@ def test_einstein_midpoint_prototype_of_a_few_examples():
     examples than the other class's, and is the midpoint of the geometry module."""
     g = torch.Generator().manual_seed(0)
     space = PoincareSpace(1.0)
-    a = poincare.expmap0(torch.tensor([2.0, 0.0]) .double() + 0.2 * torch.randn(5, 2, generator=g, dtype=torch.float64), c=1.0)
-    b = poincare.expmap0(torch.tensor([0.0, 2.0]).double() + 0.2 * torch.randn(5, 2, generator=g, dtype=torch.float64), c=1.0)
+    a = poincare.expmap0(
+        torch.tensor([2.0, 0.0]).double()
+        + 0.2 * torch.randn(5, 2, generator=g, dtype=torch.float64),
+        c=1.0,
+    )
+    b = poincare.expmap0(
+        torch.tensor([0.0, 2.0]).double()
+        + 0.2 * torch.randn(5, 2, generator=g, dtype=torch.float64),
+        c=1.0,
+    )
     pa, pb = space.midpoint(a), space.midpoint(b)
     assert torch.allclose(pa, poincare.einstein_midpoint(a, c=1.0))
     da, db = space.pairwise(a, torch.stack([pa, pb])), space.pairwise(b, torch.stack([pa, pb]))

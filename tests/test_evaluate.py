@@ -44,7 +44,9 @@ def test_retrieval_metrics_brute_force():
         assert m[f"recall@{k}"] == pytest.approx(rec[k])
     assert m["map@r"] == pytest.approx(np.mean(aps))
     # a perfect clustering scores 1
-    tight = torch.cat([torch.full((5, 2), 0.1 * k) + 1e-3 * torch.arange(5)[:, None] for k in range(3)])
+    tight = torch.cat(
+        [torch.full((5, 2), 0.1 * k) + 1e-3 * torch.arange(5)[:, None] for k in range(3)]
+    )
     p = retrieval_metrics(tight.double(), np.repeat([0, 1, 2], 5), EuclideanSpace(1.0))
     assert p["recall@1"] == 1.0 and p["map@r"] == 1.0
 
@@ -77,7 +79,7 @@ def test_hop_map_brute_force():
             rel = [tax.hops(nodes[t[i]], nodes[t[j]]) <= h for j in order]
             total = sum(tax.hops(nodes[t[i]], nodes[t[j]]) <= h for j in range(len(z)) if j != i)
             prec = [np.mean(rel[: r + 1]) for r in range(k)]
-            aps.append(sum(p for p, r in zip(prec, rel) if r) / min(k, total))
+            aps.append(sum(p for p, r in zip(prec, rel, strict=True) if r) / min(k, total))
         assert got[str(h)] == pytest.approx(np.mean(aps)), h
     assert got["4"] == pytest.approx(1.0)  # everything is within 4 hops
 
@@ -93,7 +95,7 @@ def test_label_hits_brute_force():
     for cands in (tax.names, ["a", "a1", "b", "b1", "r"]):
         got = label_hits(z, nodes, cands, labels, space, ks=(1, 2))
         hits1 = hits2 = exact = 0
-        for zi, node in zip(z, nodes):
+        for zi, node in zip(z, nodes, strict=True):
             d = sorted((float(poincare.dist(zi, emb[tax.index(c)], c=1.0)), c) for c in cands)
             ok = {node, *tax.parents(node)}
             hits1 += d[0][1] in ok
@@ -108,6 +110,8 @@ def test_auroc_brute_force_with_ties():
     rng = np.random.default_rng(0)
     pos = rng.integers(0, 5, 30).astype(float)
     neg = rng.integers(0, 4, 20).astype(float)
-    brute = np.mean([1.0 if p > n else 0.5 if p == n else 0.0 for p, n in itertools.product(pos, neg)])
+    brute = np.mean(
+        [1.0 if p > n else 0.5 if p == n else 0.0 for p, n in itertools.product(pos, neg)]
+    )
     assert auroc(pos, neg) == pytest.approx(brute)
     assert auroc([2, 3], [0, 1]) == 1.0 and auroc([0, 1], [2, 3]) == 0.0

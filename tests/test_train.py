@@ -57,8 +57,16 @@ def labels():
 
 
 def tiny_config(**kw) -> TrainConfig:
-    base = dict(epochs=1, limit=2000, batch_size=64, widths=[8, 16, 32, 32], warmup_iters=5,
-                lr=3e-3, val_fraction=0.1, seed=0)
+    base = dict(
+        epochs=1,
+        limit=2000,
+        batch_size=64,
+        widths=[8, 16, 32, 32],
+        warmup_iters=5,
+        lr=3e-3,
+        val_fraction=0.1,
+        seed=0,
+    )
     return TrainConfig(**(base | kw))
 
 
@@ -71,13 +79,15 @@ def test_get_lr_warmup_cosine_floor():
     assert get_lr(100, cfg, 100) == pytest.approx(0.1)
     assert get_lr(500, cfg, 100) == pytest.approx(0.1)
     lrs = [get_lr(i, cfg, 100) for i in range(10, 101)]
-    assert all(a >= b for a, b in zip(lrs, lrs[1:]))
+    assert all(a >= b for a, b in zip(lrs[:-1], lrs[1:], strict=True))
 
 
 @needs_fmnist
 def test_one_epoch_lowers_loss_and_checkpoint_reloads_identically(labels, tmp_path):
     torch.set_num_threads(1)
-    model = train(tiny_config(epochs=2), labels, progress=False, checkpoint_path=tmp_path / "run.partial")
+    model = train(
+        tiny_config(epochs=2), labels, progress=False, checkpoint_path=tmp_path / "run.partial"
+    )
     hist = model.metrics["history"]
     assert len(hist) == 2 and hist[1]["loss"] < hist[0]["loss"]
     # within the first epoch too: its mean is below the loss of its first batch
@@ -102,17 +112,23 @@ def test_one_epoch_lowers_loss_and_checkpoint_reloads_identically(labels, tmp_pa
     assert loaded.metrics["epochs"] == 2 and loaded.config["epochs"] == 2
     # any image size and RGB go through the same preprocessing
     rgb = np.repeat(images[:4, :, :, None], 3, axis=3)
-    big = torch.nn.functional.interpolate(torch.from_numpy(rgb).permute(0, 3, 1, 2).float(), size=56)
+    big = torch.nn.functional.interpolate(
+        torch.from_numpy(rgb).permute(0, 3, 1, 2).float(), size=56
+    )
     big = big.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).numpy()
     zb = loaded.embed(big)
     assert zb.shape == (4, labels.dim)
-    assert torch.allclose(loaded.embed(rgb), z[:4], atol=1e-3)  # RGB gray == gray (luminance rounding)
+    assert torch.allclose(
+        loaded.embed(rgb), z[:4], atol=1e-3
+    )  # RGB gray == gray (luminance rounding)
     # a class from a handful of images: its Einstein midpoint
     proto = loaded.class_prototype(images[test.targets[:300] == 7][:5])
     assert proto.shape == (labels.dim,) and float(proto.norm()) < 1
 
     # resuming the finished 2-epoch run with 3 epochs trains only one more epoch
-    more = train(tiny_config(epochs=3), labels, progress=False, checkpoint_path=tmp_path / "run.partial")
+    more = train(
+        tiny_config(epochs=3), labels, progress=False, checkpoint_path=tmp_path / "run.partial"
+    )
     assert [h["epoch"] for h in more.metrics["history"]] == [1, 2, 3]
     assert more.metrics["history"][:2] == hist
 
@@ -186,11 +202,16 @@ def test_holdout_classes_never_seen(labels):
     imgs[real.targets[:3000] == 5] = np.nan
     data = ImageSet(imgs, real.targets[:3000], real.classes, real.ids[:3000])
     model = train(
-        tiny_config(holdout=["sandal.n.01"], limit=None, epochs=1), labels, progress=False, data=data
+        tiny_config(holdout=["sandal.n.01"], limit=None, epochs=1),
+        labels,
+        progress=False,
+        data=data,
     )
     assert model.holdout == ["sandal.n.01"]
     assert "sandal.n.01" not in model.seen_classes and len(model.seen_classes) == 9
-    assert model.metrics["train_images"] + model.metrics["val_images"] == int((real.targets[:3000] != 5).sum())
+    assert model.metrics["train_images"] + model.metrics["val_images"] == int(
+        (real.targets[:3000] != 5).sum()
+    )
 
 
 def _shapes_folder(root, n=24, size=40, seed=0):
@@ -216,9 +237,18 @@ def test_user_folder_with_resnet_and_unlabelled_manifest(labels, tmp_path):
     torch.set_num_threads(1)
     _shapes_folder(tmp_path / "imgs")
     cfg = TrainConfig(
-        dataset=None, images=str(tmp_path / "imgs"), class_map={"boots": "boot.n.01", "sandals": "sandal.n.01"},
-        encoder="resnet18", widths=[4], input_size=32, epochs=4, batch_size=16, warmup_iters=2,
-        lr=3e-3, val_fraction=0.0, time_budget=None,
+        dataset=None,
+        images=str(tmp_path / "imgs"),
+        class_map={"boots": "boot.n.01", "sandals": "sandal.n.01"},
+        encoder="resnet18",
+        widths=[4],
+        input_size=32,
+        epochs=4,
+        batch_size=16,
+        warmup_iters=2,
+        lr=3e-3,
+        val_fraction=0.0,
+        time_budget=None,
     )
     model = train(cfg, labels, progress=False)
     hist = model.metrics["history"]
@@ -233,8 +263,17 @@ def test_user_folder_with_resnet_and_unlabelled_manifest(labels, tmp_path):
     rows += [f"v{i},imgs/sandals/{i:03d}.png" for i in range(12)]
     (tmp_path / "m.csv").write_text("\n".join(rows) + "\n")
     cfg = TrainConfig(
-        dataset=None, images=str(tmp_path / "m.csv"), loss="ntxent", tau=0.5, dim=4,
-        widths=[4, 8, 8, 8], input_size=28, epochs=3, batch_size=12, warmup_iters=1, val_fraction=0.0,
+        dataset=None,
+        images=str(tmp_path / "m.csv"),
+        loss="ntxent",
+        tau=0.5,
+        dim=4,
+        widths=[4, 8, 8, 8],
+        input_size=28,
+        epochs=3,
+        batch_size=12,
+        warmup_iters=1,
+        val_fraction=0.0,
         time_budget=None,
     )
     m2 = train(cfg, labels, progress=False)

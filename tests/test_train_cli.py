@@ -43,11 +43,29 @@ def _one_line_error(capsys, code, *needles):
 @needs_fmnist
 def test_train_and_eval_happy_path(labels_file, tmp_path, capsys):
     out = tmp_path / "model.safetensors"
-    code = main([
-        "train", "--dataset", "fashion-mnist", "--labels", str(labels_file), "--out", str(out),
-        "--epochs", "1", "--limit", "700", "--batch-size", "64", "--threads", "1",
-        "--holdout", "sandal.n.01", "--json", "--quiet",
-    ])
+    code = main(
+        [
+            "train",
+            "--dataset",
+            "fashion-mnist",
+            "--labels",
+            str(labels_file),
+            "--out",
+            str(out),
+            "--epochs",
+            "1",
+            "--limit",
+            "700",
+            "--batch-size",
+            "64",
+            "--threads",
+            "1",
+            "--holdout",
+            "sandal.n.01",
+            "--json",
+            "--quiet",
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 0, captured.err
     r = json.loads(captured.out)
@@ -55,10 +73,23 @@ def test_train_and_eval_happy_path(labels_file, tmp_path, capsys):
     assert r["holdout"] == ["sandal.n.01"] and r["epochs"] == 1 and r["geometry"] == "poincare"
     assert not (tmp_path / "model.safetensors.partial").exists()
 
-    code = main([
-        "eval", "--model", str(out), "--dataset", "fashion-mnist", "--split", "test",
-        "--limit", "400", "--threads", "1", "--json", "--quiet",
-    ])
+    code = main(
+        [
+            "eval",
+            "--model",
+            str(out),
+            "--dataset",
+            "fashion-mnist",
+            "--split",
+            "test",
+            "--limit",
+            "400",
+            "--threads",
+            "1",
+            "--json",
+            "--quiet",
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 0, captured.err
     m = json.loads(captured.out)
@@ -74,28 +105,114 @@ def test_train_and_eval_happy_path(labels_file, tmp_path, capsys):
 
 def test_train_bad_input(labels_file, tmp_path, capsys):
     out = str(tmp_path / "m.safetensors")
-    _one_line_error(capsys, main(["train", "--dataset", "fashion-mnist", "--labels", str(tmp_path / "none"),
-                                  "--out", out, "--quiet"]), "--labels", "no such file")
-    _one_line_error(capsys, main(["train", "--dataset", "fashion-mnist", "--labels", str(labels_file),
-                                  "--out", out, "--data-dir", str(tmp_path / "nofolder"), "--quiet"]),
-                    "nofolder", "no such folder")
-    _one_line_error(capsys, main(["train", "--labels", str(labels_file), "--out", out, "--quiet"]),
-                    "--dataset")
-    _one_line_error(capsys, main(["train", "--dataset", "fashion-mnist", "--labels", str(labels_file),
-                                  "--out", out, "--epochs", "-1"]), "--epochs")
+    _one_line_error(
+        capsys,
+        main(
+            [
+                "train",
+                "--dataset",
+                "fashion-mnist",
+                "--labels",
+                str(tmp_path / "none"),
+                "--out",
+                out,
+                "--quiet",
+            ]
+        ),
+        "--labels",
+        "no such file",
+    )
+    _one_line_error(
+        capsys,
+        main(
+            [
+                "train",
+                "--dataset",
+                "fashion-mnist",
+                "--labels",
+                str(labels_file),
+                "--out",
+                out,
+                "--data-dir",
+                str(tmp_path / "nofolder"),
+                "--quiet",
+            ]
+        ),
+        "nofolder",
+        "no such folder",
+    )
+    _one_line_error(
+        capsys, main(["train", "--labels", str(labels_file), "--out", out, "--quiet"]), "--dataset"
+    )
+    _one_line_error(
+        capsys,
+        main(
+            [
+                "train",
+                "--dataset",
+                "fashion-mnist",
+                "--labels",
+                str(labels_file),
+                "--out",
+                out,
+                "--epochs",
+                "-1",
+            ]
+        ),
+        "--epochs",
+    )
     (tmp_path / "junk.safetensors").write_bytes(b"\x00" * 100)
-    _one_line_error(capsys, main(["train", "--dataset", "fashion-mnist", "--labels",
-                                  str(tmp_path / "junk.safetensors"), "--out", out, "--quiet"]), "junk.safetensors")
+    _one_line_error(
+        capsys,
+        main(
+            [
+                "train",
+                "--dataset",
+                "fashion-mnist",
+                "--labels",
+                str(tmp_path / "junk.safetensors"),
+                "--out",
+                out,
+                "--quiet",
+            ]
+        ),
+        "junk.safetensors",
+    )
     assert not os.path.exists(out)
 
 
 @needs_fmnist
 def test_train_bad_holdout_and_eval_bad_model(labels_file, tmp_path, capsys):
     out = str(tmp_path / "m.safetensors")
-    _one_line_error(capsys, main(["train", "--dataset", "fashion-mnist", "--labels", str(labels_file),
-                                  "--out", out, "--holdout", "hat.n.01", "--quiet"]), "--holdout hat.n.01")
+    _one_line_error(
+        capsys,
+        main(
+            [
+                "train",
+                "--dataset",
+                "fashion-mnist",
+                "--labels",
+                str(labels_file),
+                "--out",
+                out,
+                "--holdout",
+                "hat.n.01",
+                "--quiet",
+            ]
+        ),
+        "--holdout hat.n.01",
+    )
     assert not os.path.exists(out)
-    _one_line_error(capsys, main(["eval", "--model", str(labels_file), "--dataset", "fashion-mnist",
-                                  "--json", "--quiet"]), "expected a 'model' checkpoint")
-    _one_line_error(capsys, main(["eval", "--model", str(tmp_path / "absent"), "--dataset",
-                                  "fashion-mnist", "--json"]), "--model", "no such file")
+    _one_line_error(
+        capsys,
+        main(
+            ["eval", "--model", str(labels_file), "--dataset", "fashion-mnist", "--json", "--quiet"]
+        ),
+        "expected a 'model' checkpoint",
+    )
+    _one_line_error(
+        capsys,
+        main(["eval", "--model", str(tmp_path / "absent"), "--dataset", "fashion-mnist", "--json"]),
+        "--model",
+        "no such file",
+    )
