@@ -257,6 +257,14 @@ def test_user_folder_with_resnet_and_unlabelled_manifest(labels, tmp_path):
     assert model.class_map == {"boots": "boot.n.01", "sandals": "sandal.n.01"}
     z = model.embed([np.zeros((50, 70, 3), np.uint8), np.zeros((20, 20), np.uint8)])
     assert z.shape == (2, labels.dim)
+    # evaluation of a user's folder (ids, classes and metrics of the same data path)
+    from models.data import load_folder
+    from models.evaluate import evaluate_model
+
+    data = load_folder(tmp_path / "imgs", model.class_map)
+    m = evaluate_model(model, data, ood=False, delta=False)
+    assert m["images"] == 48 and 0.5 <= m["recall@10"] <= 1.0
+    assert set(m["hop_map@50"]) == {"0", "2", "4"} and 0.0 <= m["hier_hit@1"] <= 1.0
 
     # NT-Xent on an unlabelled manifest (no class map, no prototypes)
     rows = ["id,path"] + [f"u{i},imgs/boots/{i:03d}.png" for i in range(12)]
