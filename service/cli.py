@@ -39,44 +39,32 @@ def _emit(args: argparse.Namespace, result: dict, human: Callable[[dict], str]) 
         print(human(result))
 
 
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
-    return v
+def _number(kind: type, *, positive: bool) -> Callable[[str], int | float]:
+    """An argparse type: an int or a finite float, > 0 (``positive``) or >= 0."""
+    noun = "an integer" if kind is int else "a number"
+
+    def parse(text: str):
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {noun}") from None
+        if kind is int:
+            ok, need = (v >= 1, "must be at least 1") if positive else (v >= 0, "must be at least 0")
+        else:
+            finite = v != float("inf")
+            ok = (v > 0 if positive else v >= 0) and finite
+            need = "must be a positive number" if positive else "must be a non-negative number"
+        if not ok:
+            raise argparse.ArgumentTypeError(f"{text!r} {need}")
+        return v
+
+    return parse
 
 
-def _nonneg_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 0")
-    return v
-
-
-def _positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (v > 0 and v != float("inf")):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number")
-    return v
-
-
-def _nonneg_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (v >= 0 and v != float("inf")):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a non-negative number")
-    return v
+_positive_int = _number(int, positive=True)
+_nonneg_int = _number(int, positive=False)
+_positive_float = _number(float, positive=True)
+_nonneg_float = _number(float, positive=False)
 
 
 def _load_taxonomy(path: str):
