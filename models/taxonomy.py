@@ -416,17 +416,7 @@ class Taxonomy:
     def subtree(self, root: str | int) -> Taxonomy:
         """*root* and all its descendants, with the edges among them (metadata kept)."""
         r = self._id(root)
-        keep = [r, *self._desc_row(r).tolist()]
-        names = self._names
-        keep_set = set(keep)
-        edges = [(names[c], names[p]) for c in keep for p in self._parents[c] if p in keep_set]
-        return type(self)._build(
-            edges,
-            (names[i] for i in keep),
-            lemmas=self._lemmas,
-            glosses=self._glosses,
-            word_index=self._words() if self._lemmas is not None else None,
-        )
+        return self.induced([r, *self._desc_row(r).tolist()])
 
     def induced(self, nodes: Iterable[str | int]) -> Taxonomy:
         """The sub-hierarchy on *nodes*: those nodes and the direct edges among them.
