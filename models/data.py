@@ -490,6 +490,29 @@ def random_resized_crop(
     )
 
 
+def random_shift(
+    x: torch.Tensor, pad: int = 2, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """Random translation of each image by up to ``pad`` pixels in x and y, zero fill.
+
+    The "pad and random crop" of small-image training (the padded border is
+    black, the background of Fashion-MNIST), batched as an integer-pixel
+    affine sampling grid, so the pixels are copied exactly.
+    """
+    n, _, h, w = x.shape
+    if pad <= 0:
+        return x
+    sx = torch.randint(-pad, pad + 1, (n,), generator=generator).to(x.dtype)
+    sy = torch.randint(-pad, pad + 1, (n,), generator=generator).to(x.dtype)
+    theta = torch.zeros(n, 2, 3, dtype=x.dtype)
+    theta[:, 0, 0], theta[:, 0, 2] = 1, 2 * sx / w
+    theta[:, 1, 1], theta[:, 1, 2] = 1, 2 * sy / h
+    grid = torch.nn.functional.affine_grid(theta, list(x.shape), align_corners=False)
+    return torch.nn.functional.grid_sample(
+        x, grid, mode="nearest", padding_mode="zeros", align_corners=False
+    )
+
+
 def random_flip(
     x: torch.Tensor, p: float = 0.5, generator: torch.Generator | None = None
 ) -> torch.Tensor:
@@ -554,8 +577,10 @@ def gaussian_blur(
 class Augment:
     """A training view: pixels in [0, 1] (n, C, S, S) -> augmented pixels, same shape.
 
-    ``strength`` "light" (supervised default: mild crops and flips), "strong"
-    (SimCLR-style views: wide crops, jitter, blur) or "none".
+    ``strength`` "shift" (translations by up to 2 pixels with a black fill, and
+    flips: the standard augmentation of small images), "light" (mild resized
+    crops and flips), "strong" (SimCLR-style views: wide crops, jitter, blur)
+    or "none".
     """
 
     strength: str = "light"
@@ -565,6 +590,11 @@ class Augment:
         if self.strength == "none":
             return x
         size = x.shape[-1]
+        if self.strength == "shift":
+            x = random_shift(x, max(1, round(2 * size / 28)), generator=generator)
+            if self.flip:
+                x = random_flip(x, generator=generator)
+            return x
         if self.strength == "light":
             x = random_resized_crop(
                 x, size, scale=(0.7, 1.0), ratio=(0.85, 1.18), generator=generator
@@ -578,4 +608,6 @@ class Augment:
                 x = random_flip(x, generator=generator)
             x = color_jitter(x, 0.4, 0.4, 0.4, generator=generator)
             return gaussian_blur(x, (0.1, 1.0 + size / 64), p=0.5, generator=generator)
-        raise ValueError(f"unknown augmentation strength {self.strength!r} (none, light, strong)")
+        raise ValueError(
+            f"unknown augmentation strength {self.strength!r} (none, shift, light, strong)"
+        )

@@ -30,15 +30,25 @@ class EncoderConfig:
     in_channels: int = 1
     input_size: int = 28
     widths: list[int] = field(default_factory=lambda: [32, 64, 128, 128])
+    # conv4 only (the defaults are the original layout, so older checkpoints load as saved):
+    depth: int = 1  # 3x3 convolutions per block (the extra ones at the pooled resolution)
+    pool_first: bool = False  # conv -> max pool -> BN -> ReLU: BN and ReLU on 4x fewer values
+    dropout: float = 0.0  # dropout on the pooled features (training only)
 
 
-def _block(c_in: int, c_out: int) -> nn.Sequential:
-    return nn.Sequential(
-        nn.Conv2d(c_in, c_out, 3, padding=1, bias=False),
-        nn.BatchNorm2d(c_out),
-        nn.ReLU(inplace=True),
-        nn.MaxPool2d(2),
-    )
+def _block(c_in: int, c_out: int, depth: int = 1, pool_first: bool = False) -> nn.Sequential:
+    conv = nn.Conv2d(c_in, c_out, 3, padding=1, bias=False)
+    if pool_first:  # max pooling commutes with ReLU; BN and ReLU then run at a quarter of the size
+        layers = [conv, nn.MaxPool2d(2), nn.BatchNorm2d(c_out), nn.ReLU(inplace=True)]
+    else:
+        layers = [conv, nn.BatchNorm2d(c_out), nn.ReLU(inplace=True), nn.MaxPool2d(2)]
+    for _ in range(depth - 1):
+        layers += [
+            nn.Conv2d(c_out, c_out, 3, padding=1, bias=False),
+            nn.BatchNorm2d(c_out),
+            nn.ReLU(inplace=True),
+        ]
+    return nn.Sequential(*layers)
 
 
 class Conv4(nn.Module):
@@ -48,15 +58,21 @@ class Conv4(nn.Module):
         super().__init__()
         if len(cfg.widths) != 4:
             raise ValueError(f"conv4 needs 4 widths, got {cfg.widths}")
+        if cfg.depth < 1:
+            raise ValueError(f"conv4 needs at least one convolution per block, got {cfg.depth}")
         chans = [cfg.in_channels, *cfg.widths]
         self.blocks = nn.Sequential(
-            *[_block(a, b) for a, b in zip(chans[:-1], chans[1:], strict=True)]
+            *[
+                _block(a, b, cfg.depth, cfg.pool_first)
+                for a, b in zip(chans[:-1], chans[1:], strict=True)
+            ]
         )
+        self.dropout = nn.Dropout(cfg.dropout) if cfg.dropout > 0 else nn.Identity()
         self.out_features = cfg.widths[-1]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.blocks(x)  # (n, F, h, w), h = w = 1 for 28x28 inputs
-        return x.mean(dim=(2, 3))  # (n, F)
+        return self.dropout(x.mean(dim=(2, 3)))  # (n, F)
 
 
 class _Basic(nn.Module):

@@ -19,6 +19,13 @@ Euclidean twin). Definitions (``q`` a query of class ``c``, ranked list
   standard zero-shot protocol, with the whole taxonomy as distractors), and
   also reported over every node (``…_all_nodes``, generalised zero-shot).
 * **nearest-label accuracy**: the nearest of all taxonomy nodes is the class.
+* **back-off prediction** (:func:`backoff_predict`, ``backoff`` and
+  ``backoff_hier_hit@1``): the most specific candidate node that holds at
+  least half of the posterior over the trained classes (softmax of
+  :math:`-d/\tau`); a confident image gets its class, an uncertain one the
+  lowest common ancestor of the classes it hesitates between. The same rule
+  for trained and held-out classes; reported as hierarchical Hit@1, exact
+  accuracy and the share of images that backed off.
 * **name search precision@50** of a held-out class: share of its images among
   the 50 test images nearest to its label prototype.
 * **OOD AUROC**: Fashion-MNIST test images (positive) against the
@@ -167,6 +174,75 @@ def label_hits(
     return {f"hier_hit@{k}": hits[k] / n for k in ks} | {"nearest_label_acc": exact / n}
 
 
+def backoff_predict(
+    z: torch.Tensor,
+    seen: list[str],
+    candidates: list[str],
+    labels,
+    space: Space,
+    tau: float = 1.0,
+    threshold: float = 0.5,
+) -> tuple[list[str], np.ndarray]:
+    r"""The hierarchical prediction of each image: the most specific node it most likely belongs to.
+
+    The posterior over the trained classes is the softmax of
+    :math:`-d(z, p_k)/\tau` (the logits the model was trained on); a taxonomy
+    node's probability is the sum over the trained classes in its subtree
+    (itself included). The prediction is the candidate node of probability at
+    least ``threshold`` with the fewest trained classes below it (then the
+    deepest; then the nearest): a confident image gets its class, an uncertain
+    one backs off to the lowest common ancestor of the classes it hesitates
+    between (Deng et al. 2012, "hedging your bets"; the back-off of
+    hierarchical zero-shot prediction, Liu et al. 2020). With ``threshold`` >
+    0.5 in a tree the eligible nodes form one chain. When no candidate
+    qualifies (say, the common ancestor is not a candidate), the nearest
+    candidate is the answer. Returns the predicted nodes and, per image,
+    whether the prediction backed off (is not the nearest trained class).
+    """
+    tax = labels.taxonomy
+    if len(z) == 0:
+        return [], np.zeros(0, dtype=bool)
+    protos = space.from_ball(labels.embeddings[[tax.index(n) for n in seen]])
+    cand = space.from_ball(labels.embeddings[[tax.index(n) for n in candidates]])
+    # member[v, k]: trained class k is v or below v
+    member = torch.zeros(len(candidates), len(seen), dtype=torch.float64)
+    for i, v in enumerate(candidates):
+        below = tax.descendants(v) | {v}
+        for k, c in enumerate(seen):
+            if c in below:
+                member[i, k] = 1.0
+    size = member.sum(1)  # trained classes below each candidate
+    depth = torch.tensor([tax.depth(v) for v in candidates], dtype=torch.float64)
+    preds: list[str] = []
+    backed = []
+    for s in range(0, len(z), 1024):
+        zb = z[s : s + 1024]
+        d_seen = space.pairwise(zb, protos)  # (b, K)
+        post = torch.softmax(-d_seen / tau, dim=1)
+        mass = post @ member.T  # (b, C)
+        d_cand = space.pairwise(zb, cand)  # (b, C)
+        ok = (mass >= threshold) & (size > 0)
+        # lexicographic: fewest classes below, then deepest, then nearest
+        key = size[None, :] * 1e6 - depth[None, :] * 1e3 + d_cand.clamp(max=999.0)
+        key = key.masked_fill(~ok, float("inf"))
+        best = key.argmin(1)
+        none = ~ok.any(1)
+        best = torch.where(none, d_cand.argmin(1), best)
+        top = d_seen.argmin(1)
+        for b, t in zip(best.tolist(), top.tolist(), strict=True):
+            preds.append(candidates[b])
+            backed.append(candidates[b] != seen[t])
+    return preds, np.asarray(backed)
+
+
+def backoff_hits(preds: list[str], nodes: list[str], taxonomy) -> dict[str, float]:
+    """Share of predictions that are the class or its parent, and that are the class exactly."""
+    n = max(1, len(nodes))
+    hit = sum(p == c or p in taxonomy.parents(c) for p, c in zip(preds, nodes, strict=True))
+    exact = sum(p == c for p, c in zip(preds, nodes, strict=True))
+    return {"hier_hit@1": hit / n, "acc": exact / n}
+
+
 def auroc(pos: np.ndarray, neg: np.ndarray) -> float:
     """Area under the ROC curve of scores where ``pos`` should be higher (ties count half)."""
     pos, neg = np.asarray(pos, np.float64), np.asarray(neg, np.float64)
@@ -203,6 +279,7 @@ def evaluate_model(
     delta: bool = True,
     progress: bool = False,
     delta_samples: int = 1000,
+    threshold: float = 0.5,
 ) -> dict:
     """Every metric of the module docstring for ``model`` on ``data`` (labelled items only)."""
     t0 = time.perf_counter()
@@ -240,6 +317,14 @@ def evaluate_model(
     item_nodes = [class_nodes[t] for t in targets]
     seen_rows = [i for i, n in enumerate(item_nodes) if n not in holdout]
     out |= label_hits(z[seen_rows], [item_nodes[i] for i in seen_rows], tax.names, labels, space)
+    tau = float(model.config.get("tau", 1.0))
+    bo_args = (labels, space, tau, threshold)
+    preds, backed = backoff_predict(z[seen_rows], seen, tax.names, *bo_args)
+    out["backoff"] = {
+        "threshold": threshold,
+        **backoff_hits(preds, [item_nodes[i] for i in seen_rows], tax),
+        "backed_off": float(backed.mean()) if len(backed) else 0.0,
+    }
     bar.update(1)
 
     if holdout:
@@ -256,18 +341,26 @@ def evaluate_model(
             )
             zsl = label_hits(z[rows], [node] * len(rows), not_seen, labels, space, ks=(1,))
             gzsl = label_hits(z[rows], [node] * len(rows), tax.names, labels, space, ks=(1,))
+            bo, _ = backoff_predict(z[rows], seen, not_seen, *bo_args)
+            bo_all, _ = backoff_predict(z[rows], seen, tax.names, *bo_args)
             zs[node] = {
                 "images": len(rows),
                 "name_precision@50": prec,
                 "hier_hit@1": zsl["hier_hit@1"],
                 "hier_hit@1_all_nodes": gzsl["hier_hit@1"],
+                "backoff_hier_hit@1": backoff_hits(bo, [node] * len(rows), tax)["hier_hit@1"],
+                "backoff_hier_hit@1_all_nodes": backoff_hits(bo_all, [node] * len(rows), tax)[
+                    "hier_hit@1"
+                ],
             }
         nodes_rows = [item_nodes[i] for i in all_rows]
+        bo, _ = backoff_predict(z[all_rows], seen, not_seen, *bo_args)
         out["zero_shot"] = {
             "classes": zs,
             "hier_hit@1": label_hits(z[all_rows], nodes_rows, not_seen, labels, space, ks=(1,))[
                 "hier_hit@1"
             ],
+            "backoff_hier_hit@1": backoff_hits(bo, nodes_rows, tax)["hier_hit@1"],
             "name_precision@50": float(np.mean([v["name_precision@50"] for v in zs.values()])),
         }
     bar.update(1)
@@ -282,7 +375,6 @@ def evaluate_model(
         else:
             zo = model.embed(digits)
             protos = model.prototypes(seen)
-            tau = float(model.config.get("tau", 1.0))
             r_in, r_out = space.to_origin(z).numpy(), space.to_origin(zo).numpy()
             b_in, b_out = space.to_base(z).numpy(), space.to_base(zo).numpy()
             out["ood"] = {

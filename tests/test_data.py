@@ -21,6 +21,7 @@ from models.data import (
     load_manifest,
     random_flip,
     random_resized_crop,
+    random_shift,
     read_class_map,
     read_idx,
     split_indices,
@@ -192,6 +193,7 @@ def test_views_shapes_ranges_and_determinism():
         lambda g: gaussian_blur(x, p=1.0, generator=g),
         lambda g: Augment("strong")(x, g),
         lambda g: Augment("light")(x, g),
+        lambda g: Augment("shift")(x, g),
     ):
         a = fn(torch.Generator().manual_seed(1))
         b = fn(torch.Generator().manual_seed(1))
@@ -210,6 +212,24 @@ def test_views_shapes_ranges_and_determinism():
     const = torch.full((2, 1, 16, 16), 0.3)
     assert torch.allclose(gaussian_blur(const, p=1.0), const, atol=1e-6)
     assert gaussian_blur(x, (1.5, 1.5), p=1.0).std() < x.std()
+
+
+def test_random_shift_is_an_exact_translation_with_black_fill():
+    x = torch.rand(40, 1, 12, 10)
+    y = random_shift(x, 2, generator=torch.Generator().manual_seed(3))
+    seen = set()
+    for xi, yi in zip(x, y, strict=True):
+        padded = torch.nn.functional.pad(xi[0], (2, 2, 2, 2))  # zeros around
+        shifts = [
+            (dx, dy)
+            for dx in range(-2, 3)
+            for dy in range(-2, 3)
+            if torch.equal(padded[2 - dy : 14 - dy, 2 - dx : 12 - dx], yi[0])
+        ]
+        assert len(shifts) == 1
+        seen.add(shifts[0])
+    assert len(seen) > 10  # many of the 25 shifts occur
+    assert torch.equal(random_shift(x, 0), x)
 
 
 def test_split_indices_stratified_and_deterministic():

@@ -17,6 +17,7 @@ torch.set_num_threads(1)
     "cfg, shape",
     [
         (EncoderConfig("conv4", 1, 28, [8, 8, 16, 16]), (3, 1, 28, 28)),
+        (EncoderConfig("conv4", 1, 28, [8, 8, 16, 16], 2, True, 0.2), (3, 1, 28, 28)),
         (EncoderConfig("resnet18", 3, 32, [8]), (3, 3, 32, 32)),
         (EncoderConfig("resnet18", 3, 96, [4]), (2, 3, 96, 96)),
     ],
@@ -27,6 +28,32 @@ def test_encoder_shapes(cfg, shape):
     f = enc(torch.randn(shape))
     assert f.shape == (shape[0], enc.out_features)
     assert torch.isfinite(f).all()
+
+
+def test_conv4_layouts():
+    """Pool-first blocks compute the original block (max pooling commutes with ReLU and with a
+    batch norm of positive scale); the original layout keeps its parameter names, so models
+    saved before the option existed load unchanged."""
+    torch.manual_seed(0)
+    old = build_encoder(EncoderConfig("conv4", 1, 28, [4, 8, 8, 8])).eval()
+    new = build_encoder(EncoderConfig("conv4", 1, 28, [4, 8, 8, 8], pool_first=True)).eval()
+    assert "blocks.0.1.running_mean" in old.state_dict()  # conv, BN, ReLU, pool
+    assert "blocks.0.2.running_mean" in new.state_dict()  # conv, pool, BN, ReLU
+    with torch.no_grad():
+        for b_old, b_new in zip(old.blocks, new.blocks, strict=True):
+            b_new[0].weight.copy_(b_old[0].weight)
+            bn_old, bn_new = b_old[1], b_new[2]
+            bn_old.weight.uniform_(0.5, 2.0)  # positive scales
+            bn_old.bias.normal_()
+            bn_old.running_mean.normal_()
+            bn_old.running_var.uniform_(0.5, 2.0)
+            bn_new.load_state_dict(bn_old.state_dict())
+    x = torch.randn(5, 1, 28, 28)
+    assert torch.allclose(old(x), new(x), atol=1e-5)
+    deep = build_encoder(EncoderConfig("conv4", 1, 28, [4, 8, 8, 8], depth=2))
+    assert sum(isinstance(m, torch.nn.Conv2d) for m in deep.modules()) == 8
+    with pytest.raises(ValueError, match="at least one convolution"):
+        build_encoder(EncoderConfig("conv4", 1, 28, [4, 8, 8, 8], depth=0))
 
 
 def test_load_backbone(tmp_path):

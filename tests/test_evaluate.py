@@ -8,7 +8,15 @@ import numpy as np
 import pytest
 import torch
 
-from models.evaluate import auroc, hop_map, label_hits, ranked_neighbours, retrieval_metrics
+from models.evaluate import (
+    auroc,
+    backoff_hits,
+    backoff_predict,
+    hop_map,
+    label_hits,
+    ranked_neighbours,
+    retrieval_metrics,
+)
 from models.geometry import poincare
 from models.heads import EuclideanSpace, PoincareSpace
 from models.labels import LabelEmbedding
@@ -104,6 +112,43 @@ def test_label_hits_brute_force():
         assert got["hier_hit@1"] == pytest.approx(hits1 / 9)
         assert got["hier_hit@2"] == pytest.approx(hits2 / 9)
         assert got["nearest_label_acc"] == pytest.approx(exact / 9)
+
+
+def test_backoff_prediction_brute_force():
+    """The most specific candidate holding >= threshold of the posterior over trained classes."""
+    tax = _tax()  # r -> a -> {a1, a2}; r -> b -> b1 -> b1x
+    g = torch.Generator().manual_seed(2)
+    emb = poincare.expmap0(torch.randn(len(tax), 2, generator=g, dtype=torch.float64), c=1.0)
+    labels = LabelEmbedding(tax, emb, 1.0)
+    space = PoincareSpace(1.0)
+    seen = ["a1", "a2", "b1"]
+    p = {n: emb[tax.index(n)] for n in tax.names}
+    # exactly at a prototype: the class (tau small: a confident posterior)
+    z = torch.stack([p["a1"], p["b1"]])
+    preds, backed = backoff_predict(z, seen, tax.names, labels, space, tau=0.01)
+    assert preds == ["a1", "b1"] and not backed.any()
+    # trained classes excluded (zero-shot candidates): the lowest ancestor holding the mass
+    preds, _ = backoff_predict(z, seen, ["a", "b", "r", "b1x"], labels, space, tau=0.01)
+    assert preds == ["a", "b"]
+    # brute force at a moderate temperature
+    zs = _points(20, dim=2, seed=7)
+    for cands in (tax.names, ["a", "b", "r", "b1x", "a2"]):
+        preds, _ = backoff_predict(zs, seen, cands, labels, space, tau=0.7, threshold=0.6)
+        for zi, got in zip(zs, preds, strict=True):
+            d = torch.stack([poincare.dist(zi, p[c], c=1.0) for c in seen])
+            post = torch.softmax(-d / 0.7, 0)
+            best = None
+            for v in cands:
+                below = [k for k, c in enumerate(seen) if c == v or c in tax.descendants(v)]
+                mass = float(post[below].sum()) if below else 0.0
+                if mass >= 0.6:
+                    key = (len(below), -tax.depth(v), float(poincare.dist(zi, p[v], c=1.0)))
+                    best = min(best or (key, v), (key, v))
+            if best is None:  # nothing qualifies: the nearest candidate
+                best = (None, min(cands, key=lambda v: float(poincare.dist(zi, p[v], c=1.0))))
+            assert got == best[1]
+    h = backoff_hits(["a", "a1", "r"], ["a1", "a1", "a1"], tax)
+    assert h == {"hier_hit@1": pytest.approx(2 / 3), "acc": pytest.approx(1 / 3)}
 
 
 def test_auroc_brute_force_with_ties():

@@ -110,6 +110,11 @@ def test_one_epoch_lowers_loss_and_checkpoint_reloads_identically(labels, tmp_pa
     assert torch.equal(loaded.labels.embeddings, labels.embeddings)
     assert loaded.labels.taxonomy == labels.taxonomy
     assert loaded.metrics["epochs"] == 2 and loaded.config["epochs"] == 2
+    # the auxiliary classifier is part of the run state (resumable), not of the model
+    run_tensors, _, _ = load_checkpoint(tmp_path / "run.partial", kind="model")
+    assert {"aux.weight", "aux.bias"} <= set(run_tensors)
+    model_tensors, _, _ = load_checkpoint(path, kind="model")
+    assert not any(k.startswith("aux.") for k in model_tensors)
     # any image size and RGB go through the same preprocessing
     rgb = np.repeat(images[:4, :, :, None], 3, axis=3)
     big = torch.nn.functional.interpolate(
@@ -287,3 +292,10 @@ def test_user_folder_with_resnet_and_unlabelled_manifest(labels, tmp_path):
     m2 = train(cfg, labels, progress=False)
     assert m2.dim == 4 and m2.head_cfg.clip_r == pytest.approx(2.3)
     assert all(np.isfinite(h["loss"]) for h in m2.metrics["history"])
+
+
+@needs_fmnist
+def test_time_budget_shrinks_the_schedule(labels):
+    torch.set_num_threads(1)
+    model = train(tiny_config(epochs=3, time_budget=1e-3), labels, progress=False)
+    assert model.metrics["epochs"] == 1 and model.metrics["epochs_requested"] == 3
