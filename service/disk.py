@@ -25,9 +25,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import torch
-
-from models.geometry import poincare
 
 from .schemas import DiskOut, DiskPoint
 
@@ -67,10 +64,8 @@ def layout(rt, ans) -> DiskOut:
     for name in labels:
         vecs.append(rt.label_point(name))
         kinds.append(("label", name, name, None))
-    x = torch.from_numpy(np.stack(vecs))
-    c = rt.curvature
-    radius = poincare.distance_to_origin(x, c=c).numpy()
-    m = x.numpy()
+    m = np.stack(vecs)
+    radius = rt.distance_to_origin(m)
     norms = np.linalg.norm(m, axis=1, keepdims=True)
     dirs = np.divide(m, norms, out=np.zeros_like(m), where=norms > 0)
     # principal axes of the directions, centred on their mean (points near the

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from indexing import HyperbolicIndex
-from models.geometry import poincare
+from models.geometry import poincare_np
 from models.labels import LabelEmbedding
 from models.taxonomy import Taxonomy, UnknownLabelError
 
@@ -44,7 +44,8 @@ class _LabelView:
 
     version: int
     used: tuple[str, ...]  # labels carried by at least one live item, sorted
-    points: torch.Tensor  # (len(used), D) their prototypes
+    points: np.ndarray  # (len(used), D) their prototypes, float64
+    gaps: np.ndarray  # (len(used),) the prototypes' gaps 1 - c|p|^2
     anc_or_self: dict[str, frozenset[str]]  # used label -> its ancestors and itself
 
 
@@ -89,7 +90,11 @@ class Runtime:
         self.dim = int(labels.dim)
         self.image_dir = Path(image_dir) if image_dir is not None else None
         self.data_dir = Path(data_dir) if data_dir is not None else None
-        self._protos = labels.embeddings.to(torch.float64)  # (n_nodes, D)
+        # label prototypes, float64 numpy (the per-request geometry runs on the numpy
+        # twins of models.geometry.poincare_np: torch costs 100-450 us a call on one vector)
+        self._protos = labels.embeddings.detach().to(torch.float64).numpy().copy()
+        self._protos.setflags(write=False)
+        self._proto_gaps = poincare_np.gap(self._protos, c=self.curvature)
         self._write_lock = threading.Lock()  # one write at a time (index, then tallies)
         self._tally_lock = threading.Lock()  # tallies change or are copied under it
         self._item_label: dict[str, str | None] = {}
@@ -151,9 +156,10 @@ class Runtime:
                 used = tuple(sorted(lab for lab, n in self._counts.items() if n > 0))
             rows = [self.taxonomy.index(u) for u in used if u in self.taxonomy]
             used = tuple(u for u in used if u in self.taxonomy)
-            points = self._protos[rows] if rows else self._protos[:0]
+            points = self._protos[rows]
+            gaps = self._proto_gaps[rows]
             anc = {u: frozenset(self.taxonomy.ancestors(u)) | {u} for u in used}
-            self._view = _LabelView(version, used, points, anc)
+            self._view = _LabelView(version, used, points, gaps, anc)
             self._under_cache = {}
             return self._view
 
@@ -185,33 +191,32 @@ class Runtime:
 
     def label_point(self, name: str) -> np.ndarray:
         """The prototype of a label, float64 (D,)."""
-        return self._protos[self.taxonomy.index(name)].numpy().copy()
+        return self._protos[self.taxonomy.index(name)].copy()
 
     def nearest_used_labels(self, x: np.ndarray) -> list[str]:
         """For each row of ``x``: the nearest prototype among the labels that
         indexed items carry (every taxonomy node when the index is empty)."""
         view = self._label_view()
         names: Sequence[str] = view.used
-        points = view.points
+        points, gaps = view.points, view.gaps
         if not names:
-            names, points = self.taxonomy.names, self._protos
-        d = poincare.pairwise_dist(
-            torch.from_numpy(np.asarray(x, dtype=np.float64)), points, c=self.curvature
-        )
-        return [names[j] for j in torch.argmin(d, dim=1).tolist()]
+            names, points, gaps = self.taxonomy.names, self._protos, self._proto_gaps
+        x = np.asarray(x, dtype=np.float64).reshape(-1, self.dim)
+        d = poincare_np.pairwise_dist(x, points, c=self.curvature, gy=gaps)
+        return [names[j] for j in np.argmin(d, axis=1).tolist()]
 
     def nearest_nodes(self, x: np.ndarray, k: int = 5) -> list[tuple[str, float]]:
-        """The ``k`` nearest label prototypes of the whole taxonomy to one point."""
-        q = torch.from_numpy(np.asarray(x, dtype=np.float64).reshape(1, -1))
-        d = poincare.pairwise_dist(q, self._protos, c=self.curvature)[0]
+        """The ``k`` nearest label prototypes of the whole taxonomy to one point
+        (ascending distance; equal distances in taxonomy order)."""
+        q = np.asarray(x, dtype=np.float64).reshape(1, -1)
+        d = poincare_np.pairwise_dist(q, self._protos, c=self.curvature, gy=self._proto_gaps)[0]
         k = min(k, len(d))
-        vals, idx = torch.topk(d, k, largest=False)
+        idx = np.argsort(d, kind="stable")[:k]
         names = self.taxonomy.names
-        return [(names[j], float(v)) for j, v in zip(idx.tolist(), vals.tolist(), strict=True)]
+        return [(names[j], float(d[j])) for j in idx.tolist()]
 
     def distance_to_origin(self, x: np.ndarray) -> np.ndarray:
-        t = torch.from_numpy(np.asarray(x, dtype=np.float64))
-        return poincare.distance_to_origin(t, c=self.curvature).numpy()
+        return poincare_np.distance_to_origin(x, c=self.curvature)
 
     def chain(self, label: str) -> list[str]:
         """``[label, parent, grandparent, ..., root]``; where a node has several
