@@ -24,9 +24,11 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
+from . import searching
 from .batching import MicroBatcher
 from .deps import Services
 from .errors import install_error_handlers
+from .fastpath import SearchFastPath
 from .jobs import JobManager
 from .observability import Metrics, RequestMiddleware, setup_logging
 from .routes import items, jobs, labels, ops, page, search
@@ -73,8 +75,16 @@ def _local_swagger_ui() -> str | None:
 
 
 def _start(services: Services, runtime: Runtime) -> None:
-    services.runtime = runtime
     s = services.settings
+    # searches: whatever queued while the worker was busy is answered in one batch
+    services.searcher = MicroBatcher(
+        lambda queries: searching.search_many(runtime, queries),
+        max_size=s.search_batch_max_size,
+        max_wait=0.0,
+        on_batch=services.metrics.observe_search_batch,
+        name="search-batcher",
+    )
+    services.runtime = runtime
     if runtime.model is not None:
         services.batcher = MicroBatcher(
             _embedder(runtime),
@@ -142,6 +152,8 @@ def create_app(
             services.jobs.close()
             if services.batcher is not None:
                 services.batcher.close()
+            if services.searcher is not None:
+                services.searcher.close()
             if services.owns_runtime and services.runtime is not None:
                 services.runtime.close()
 
@@ -171,6 +183,14 @@ def create_app(
     for module in (ops, search, labels, items, jobs, page):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    if settings.search_fast_path:  # inside RequestMiddleware (added last: outermost)
+        routes = {r.path: r for r in search.router.routes if "POST" in r.methods}
+        app.add_middleware(
+            SearchFastPath,
+            services=services,
+            max_body=settings.max_upload_bytes + MULTIPART_SLACK,
+            routes=routes,
+        )
     app.add_middleware(
         RequestMiddleware, metrics=metrics, max_body=settings.max_upload_bytes + MULTIPART_SLACK
     )

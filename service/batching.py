@@ -1,14 +1,20 @@
-"""Dynamic micro-batching of image embeddings.
+"""Dynamic micro-batching: image embeddings, and searches.
 
-Concurrent requests each :meth:`MicroBatcher.submit` one decoded picture; a
-single worker thread takes the first waiting picture, waits at most
-``max_wait`` seconds for more (up to ``max_size``), embeds them in one forward
-pass and hands each caller its row. Under load, batches fill without waiting;
-a lone request waits ``max_wait`` at most.
+Concurrent requests each :meth:`MicroBatcher.submit` one item (a decoded
+picture, a search query); a single worker thread takes the first waiting item,
+waits at most ``max_wait`` seconds for more (up to ``max_size``), runs them in
+one call (one forward pass; one index search per kind of query) and hands each
+caller its own result -- or its own exception, when the call returns one in
+that caller's place. Under load, batches fill without waiting; a lone request
+waits ``max_wait`` at most (``0``: batches are whatever queued meanwhile).
+
+Async routes ``await batcher.run(item)``: no thread-pool hop per request, the
+event loop keeps reading requests while the worker computes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import queue
 import threading
@@ -28,8 +34,9 @@ class BatcherClosed(RuntimeError):
 
 
 class MicroBatcher:
-    """``embed(list of images) -> n results`` (rows of an array, tuples, ...) behind a
-    queue and one worker thread; each caller gets its own result."""
+    """``embed(list of items) -> n results`` (rows of an array, tuples, ...) behind a
+    queue and one worker thread; each caller gets its own result (an exception
+    instance among the results is raised to that caller only)."""
 
     def __init__(
         self,
@@ -61,6 +68,10 @@ class MicroBatcher:
 
     def embed_one(self, image: np.ndarray, timeout: float | None = 60.0):
         return self.submit(image).result(timeout=timeout)
+
+    async def run(self, item):
+        """The item's result, awaited on the event loop (no thread of the caller blocks)."""
+        return await asyncio.wrap_future(self.submit(item))
 
     def close(self) -> None:
         if not self._closed:
@@ -112,7 +123,10 @@ class MicroBatcher:
             return
         seconds = time.perf_counter() - t0
         for j, (_, f) in enumerate(live):
-            f.set_result(z[j])
+            if isinstance(z[j], BaseException):
+                f.set_exception(z[j])
+            else:
+                f.set_result(z[j])
         if self._on_batch is not None:
             try:
                 self._on_batch(len(live), seconds)

@@ -35,7 +35,8 @@ class Services:
     metrics: Metrics
     jobs: JobManager | None = None
     runtime: Runtime | None = None
-    batcher: MicroBatcher | None = None
+    batcher: MicroBatcher | None = None  # image embeddings
+    searcher: MicroBatcher | None = None  # searches (searching.search_many)
     load_error: str | None = None
     owns_runtime: bool = True
     ready: threading.Event = field(default_factory=threading.Event)
@@ -93,6 +94,15 @@ async def get_batcher(services: ServicesDep, _model: ModelDep) -> MicroBatcher:
 
 
 BatcherDep = Annotated[MicroBatcher, Depends(get_batcher)]
+
+
+async def get_searcher(services: ServicesDep, _rt: RuntimeDep) -> MicroBatcher:
+    if services.searcher is None:  # pragma: no cover - set whenever the runtime is
+        raise ApiError(503, "the search worker is not running")
+    return services.searcher
+
+
+SearcherDep = Annotated[MicroBatcher, Depends(get_searcher)]
 
 
 async def get_jobs(services: ServicesDep, _rt: RuntimeDep) -> JobManager:

@@ -73,6 +73,21 @@ def decode_image(data: bytes, *, max_pixels: int, field: str = "file") -> np.nda
             ) from None
 
 
+def announced_pixels(data: bytes) -> int | None:
+    """Width x height a picture's header announces (``None`` when it cannot be read:
+    :func:`decode_image` says why). Reads the header only."""
+    from PIL import Image
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with Image.open(io.BytesIO(data), formats=FORMATS) as im:
+                w, h = im.size
+    except Exception:  # noqa: BLE001 - decode_image reports it
+        return None
+    return w * h
+
+
 def _to_array(im) -> np.ndarray:
     from PIL import Image
 

@@ -6,6 +6,7 @@ Metrics live in a registry per app (tests build many apps in one process):
 * ``hypsearch_request_seconds{route,method,status}``: latency histogram by route template
 * ``hypsearch_index_items``: live items
 * ``hypsearch_embed_batch_size`` and ``hypsearch_embed_batch_seconds``: micro-batches
+* ``hypsearch_search_batch_size`` and ``hypsearch_search_batch_seconds``: search batches
 * ``hypsearch_job_progress{job}``, ``hypsearch_job_images_total{outcome}``: index jobs
 
 Logs are one JSON object a line on stderr (``HYPSEARCH_LOG_JSON=0`` for plain
@@ -80,6 +81,18 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+        self.search_batch_size = Histogram(
+            "hypsearch_search_batch_size",
+            "Searches answered per batch",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128),
+            registry=r,
+        )
+        self.search_batch_seconds = Histogram(
+            "hypsearch_search_batch_seconds",
+            "Time of one search batch",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
         self.job_progress = Gauge(
             "hypsearch_job_progress", "Progress of index jobs (0..1)", ["job"], registry=r
         )
@@ -91,6 +104,10 @@ class Metrics:
     def observe_batch(self, n: int, seconds: float) -> None:
         self.batch_size.observe(n)
         self.batch_seconds.observe(seconds)
+
+    def observe_search_batch(self, n: int, seconds: float) -> None:
+        self.search_batch_size.observe(n)
+        self.search_batch_seconds.observe(seconds)
 
 
 # ---------------------------------------------------------------- logs

@@ -13,12 +13,19 @@
   subtree, level 1 what its parent adds (siblings), and so on; see the README
   for why label membership rather than cone membership of the prototypes.
 * A search by item id leaves that item out of its own answer.
+* :func:`search_many` answers a batch of concurrent requests (:class:`Query`)
+  exactly as :func:`query_of` and :func:`search` answer each one, with the
+  per-request work batched: one nearest-prototype table for the vectors that
+  need a label, one distance-to-origin call, and one index search for all
+  plain ``nearest`` queries of the same window.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -46,6 +53,25 @@ class Answer:
     query_radius: float
     hits: list[Hit]
     chain: list[str] | None
+
+
+@dataclass
+class Query:
+    """One search request for :func:`search_many`: exactly one of ``vector`` (a
+    list of numbers, checked like a body's), ``label``, ``item_id``, or
+    ``point`` (an already checked point, e.g. an image's embedding, with
+    ``point_label`` its query label when known)."""
+
+    k: int = 10
+    offset: int = 0
+    mode: str = "nearest"
+    under: str | None = None
+    per_level: int | None = None
+    vector: Any = None
+    label: str | None = None
+    item_id: str | None = None
+    point: np.ndarray | None = None
+    point_label: str | None = None
 
 
 def check_vector(rt: Runtime, vector, field: str = "vector") -> np.ndarray:
@@ -105,8 +131,10 @@ def search(
     under: str | None = None,
     exclude: str | None = None,
     per_level: int | None = None,
+    radius: float | None = None,
 ) -> Answer:
-    """Run one search of the point ``x``; see the module docstring."""
+    """Run one search of the point ``x``; see the module docstring. ``radius``:
+    the distance of ``x`` to the origin when the caller has it."""
     allowed: set[str] | None = None
     if under is not None:
         allowed = rt.used_under(resolve_label(rt, under, "under"))
@@ -117,8 +145,7 @@ def search(
     if mode == "nearest":
         if allowed is None or allowed:
             ids, dists = rt.index.search(x, k=want, under=allowed)
-            for i, d in zip(ids[0].tolist(), dists[0].tolist(), strict=True):
-                hits.append(Hit(i, float(d), rt.label_of(i), None, None))
+            hits = _nearest_hits(rt, ids[0], dists[0])
     elif mode == "hierarchical":
         if query_label is None:  # pragma: no cover - every query has a label
             raise bad_input("mode: hierarchical search needs a query label")
@@ -145,10 +172,89 @@ def search(
                 hits.append(Hit(h.id, float(h.distance), rt.label_of(h.id), int(h.level), via))
     else:
         raise bad_input(f"mode: must be nearest or hierarchical, got {mode!r}")
+    hits = _window(hits, exclude, offset - start, k)
+    if radius is None:
+        radius = float(rt.distance_to_origin(x))
+    return Answer(query_label, x, radius, hits, chain)
+
+
+def _nearest_hits(rt: Runtime, ids: np.ndarray, dists: np.ndarray) -> list[Hit]:
+    return [
+        Hit(i, d, rt.label_of(i), None, None)
+        for i, d in zip(ids.tolist(), dists.tolist(), strict=True)
+    ]
+
+
+def _window(hits: list[Hit], exclude: str | None, skip: int, k: int) -> list[Hit]:
     if exclude is not None:
         hits = [h for h in hits if h.id != exclude]
-    hits = hits[offset - start : offset - start + k]
-    return Answer(query_label, x, float(rt.distance_to_origin(x)), hits, chain)
+    return hits[skip : skip + k]
+
+
+def search_many(rt: Runtime, queries: Sequence[Query]) -> list[Answer | ApiError]:
+    """Answer each query as ``search(rt, *query_of(rt, ...), ...)`` would, in one
+    batch: the answer, or the :class:`ApiError` that query raises (other
+    exceptions propagate). See the module docstring for what is batched."""
+    n = len(queries)
+    out: list[Answer | ApiError | None] = [None] * n
+    xs: list[np.ndarray | None] = [None] * n
+    labels: list[str | None] = [None] * n
+    excludes: list[str | None] = [None] * n
+    need_label: list[int] = []
+    for i, q in enumerate(queries):
+        try:
+            if q.point is not None:
+                xs[i], labels[i] = np.asarray(q.point, dtype=np.float64), q.point_label
+                if q.point_label is None:
+                    need_label.append(i)
+            elif q.vector is not None and q.label is None and q.item_id is None:
+                xs[i] = check_vector(rt, q.vector)
+                need_label.append(i)
+            else:
+                xs[i], labels[i], excludes[i] = query_of(
+                    rt, vector=q.vector, label=q.label, item_id=q.item_id
+                )
+        except ApiError as e:
+            out[i] = e
+    if need_label:
+        for i, lab in zip(
+            need_label, rt.nearest_used_labels(np.stack([xs[i] for i in need_label])), strict=True
+        ):
+            labels[i] = lab
+    live = [i for i in range(n) if out[i] is None]
+    if not live:
+        return out  # type: ignore[return-value]
+    radii = rt.distance_to_origin(np.stack([xs[i] for i in live])).tolist()
+    groups: dict[int, list[int]] = {}  # window size -> plain nearest queries
+    for i, r in zip(live, radii, strict=True):
+        q = queries[i]
+        if q.mode == "nearest" and q.under is None:
+            want = q.offset + q.k + (1 if excludes[i] is not None else 0)
+            groups.setdefault(want, []).append(i)
+            out[i] = Answer(labels[i], xs[i], r, [], None)  # hits below
+            continue
+        try:
+            out[i] = search(
+                rt,
+                xs[i],
+                labels[i],
+                k=q.k,
+                offset=q.offset,
+                mode=q.mode,
+                under=q.under,
+                exclude=excludes[i],
+                per_level=q.per_level,
+                radius=r,
+            )
+        except ApiError as e:
+            out[i] = e
+    for want, rows in groups.items():
+        ids, dists = rt.index.search(np.stack([xs[i] for i in rows]), k=want)
+        for j, i in enumerate(rows):
+            q = queries[i]
+            hits = _nearest_hits(rt, ids[j], dists[j])
+            out[i].hits = _window(hits, excludes[i], q.offset, q.k)  # type: ignore[union-attr]
+    return out  # type: ignore[return-value]
 
 
 def _per_level(rt, x, chain, allowed, per_level: int, want: int, exclude: str | None) -> list[Hit]:

@@ -80,6 +80,16 @@ class Settings(BaseSettings):
     batch_max_wait_ms: float = Field(
         default=2.0, ge=0, description="micro-batch: how long the first image waits for company"
     )
+    search_batch_max_size: int = Field(
+        default=64,
+        ge=1,
+        description="searches: most queries answered in one batch (those queued meanwhile)",
+    )
+    search_fast_path: bool = Field(
+        default=True,
+        description="answer well-formed JSON searches without FastAPI's routing "
+        "(service.fastpath; errors still come from the route)",
+    )
     torch_threads: int = Field(default=1, ge=1, description="torch intra-op threads")
 
     # logs

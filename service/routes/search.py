@@ -6,14 +6,15 @@ import concurrent.futures
 from typing import Annotated
 
 import numpy as np
-from fastapi import APIRouter, File, Query, UploadFile
+from fastapi import APIRouter, File, Query, Response, UploadFile
+from starlette.concurrency import run_in_threadpool
 
 from .. import searching
 from ..batching import BatcherClosed
-from ..deps import BatcherDep, RuntimeDep, SettingsDep
+from ..deps import BatcherDep, RuntimeDep, SearcherDep, SettingsDep
 from ..disk import layout
 from ..errors import ApiError
-from ..imaging import decode_image
+from ..imaging import announced_pixels, decode_image
 from ..runtime import Runtime
 from ..schemas import (
     INVALID,
@@ -47,6 +48,7 @@ IMAGE_DESCRIPTION = "a picture: PNG or JPEG (WebP, GIF and BMP are read too)"
 
 
 def _answer(rt: Runtime, ans: searching.Answer, disk: bool) -> SearchOut:
+    """The answer as its response model (validated)."""
     out = SearchOut(
         query=QueryOut(
             label=ans.query_label,
@@ -63,6 +65,31 @@ def _answer(rt: Runtime, ans: searching.Answer, disk: bool) -> SearchOut:
     return out
 
 
+def answer_json(rt: Runtime, ans: searching.Answer, disk: bool = False) -> bytes:
+    """The answer's JSON: validated as :class:`SearchOut` and serialised once by
+    pydantic (what ``response_model`` with ``response_model_exclude_unset`` sends,
+    without FastAPI validating and encoding it a second time)."""
+    return _answer(rt, ans, disk).model_dump_json(exclude_unset=True).encode()
+
+
+def _json(payload: bytes) -> Response:
+    return Response(payload, media_type="application/json")
+
+
+async def _search(searcher, query: searching.Query) -> searching.Answer:
+    try:
+        got = await searcher.run(query)
+    except (BatcherClosed, concurrent.futures.CancelledError):
+        raise ApiError(503, "the service is shutting down") from None
+    return got
+
+
+async def _respond(rt: Runtime, ans: searching.Answer, disk: bool) -> Response:
+    if disk:  # the layout reads every result from the store: not on the event loop
+        return _json(await run_in_threadpool(answer_json, rt, ans, disk))
+    return _json(answer_json(rt, ans))
+
+
 @router.post(
     "/search",
     response_model=SearchOut,
@@ -70,7 +97,9 @@ def _answer(rt: Runtime, ans: searching.Answer, disk: bool) -> SearchOut:
     summary="Search by vector, label name or item id",
     responses=ERRORS,
 )
-def search(body: SearchIn, rt: RuntimeDep, settings: SettingsDep) -> SearchOut:
+async def search(
+    body: SearchIn, rt: RuntimeDep, settings: SettingsDep, searcher: SearcherDep
+) -> SearchOut:
     """`nearest`: the k nearest items by geodesic distance (`level`, `via` null).
     `hierarchical`: ordered by (level, distance); level 0 = items of the query's
     label or below it, level 1 = what its parent adds (siblings), level 2 = its
@@ -78,22 +107,19 @@ def search(body: SearchIn, rt: RuntimeDep, settings: SettingsDep) -> SearchOut:
     `query.label`: the label given (a word resolves to its sense with the most
     items), the item's label, or for a vector the nearest label prototype among
     the labels indexed items carry. A search by `id` leaves that item out."""
+    # concurrent searches are answered in batches by one worker thread (service.batching)
     searching.check_window(body.k, body.offset, settings)
-    x, qlabel, exclude = searching.query_of(
-        rt, vector=body.vector, label=body.label, item_id=body.id
-    )
-    ans = searching.search(
-        rt,
-        x,
-        qlabel,
+    query = searching.Query(
         k=body.k,
         offset=body.offset,
         mode=body.mode,
         under=body.under,
-        exclude=exclude,
         per_level=body.per_level,
+        vector=body.vector,
+        label=body.label,
+        item_id=body.id,
     )
-    return _answer(rt, ans, body.disk)
+    return await _respond(rt, await _search(searcher, query), body.disk)
 
 
 def read_upload(file: UploadFile, settings) -> bytes:
@@ -116,6 +142,30 @@ def embed_upload(file: UploadFile, settings, batcher) -> tuple[np.ndarray, str]:
         raise ApiError(503, "the service is shutting down") from None
 
 
+#: pictures announcing at most this many pixels are decoded on the event loop (a
+#: Fashion-MNIST PNG takes well under a millisecond); larger ones in the thread pool,
+#: so a big photo never stalls the loop
+INLINE_DECODE_PIXELS = 512 * 512
+
+
+async def decode_upload(data: bytes, settings) -> np.ndarray:
+    """:func:`decode_image` for async code: inline for small pictures, else in the pool."""
+    n = announced_pixels(data)
+    if n is not None and n <= INLINE_DECODE_PIXELS:
+        return decode_image(data, max_pixels=settings.max_image_pixels)
+    return await run_in_threadpool(decode_image, data, max_pixels=settings.max_image_pixels)
+
+
+async def embed_upload_async(file: UploadFile, settings, batcher) -> tuple[np.ndarray, str]:
+    """:func:`embed_upload` for async routes: no thread of the pool waits on the batcher."""
+    data = await run_in_threadpool(read_upload, file, settings)
+    pixels = await decode_upload(data, settings)
+    try:
+        return await batcher.run(pixels)
+    except (BatcherClosed, concurrent.futures.CancelledError):
+        raise ApiError(503, "the service is shutting down") from None
+
+
 @router.post(
     "/search/image",
     response_model=SearchOut,
@@ -123,10 +173,11 @@ def embed_upload(file: UploadFile, settings, batcher) -> tuple[np.ndarray, str]:
     summary="Search by an uploaded picture",
     responses=UPLOAD_ERRORS,
 )
-def search_image(
+async def search_image(
     rt: RuntimeDep,
     settings: SettingsDep,
     batcher: BatcherDep,
+    searcher: SearcherDep,
     file: Annotated[UploadFile, File(description=IMAGE_DESCRIPTION)],
     k: Annotated[int, Query(ge=1, le=1000)] = 10,
     mode: Mode = "nearest",
@@ -139,12 +190,12 @@ def search_image(
     requests); `query.label` is the nearest label prototype among the labels
     that indexed items carry."""
     searching.check_window(k, offset, settings)
-    z, qlabel = embed_upload(file, settings, batcher)
+    z, qlabel = await embed_upload_async(file, settings, batcher)
     x = searching.check_vector(rt, z, "file")
-    ans = searching.search(
-        rt, x, qlabel, k=k, offset=offset, mode=mode, under=under, per_level=per_level
+    query = searching.Query(
+        k=k, offset=offset, mode=mode, under=under, per_level=per_level, point=x, point_label=qlabel
     )
-    return _answer(rt, ans, disk)
+    return await _respond(rt, await _search(searcher, query), disk)
 
 
 @router.post(
