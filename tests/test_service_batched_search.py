@@ -397,3 +397,40 @@ def test_large_pictures_are_decoded_off_the_event_loop(rt):
         with _client(rt, batch_max_wait_ms=1, search_fast_path=fast_path) as c:
             r = c.post("/v1/search/image", files={"file": ("big.png", big, "image/png")})
             assert r.status_code == 200 and len(r.json()["results"]) == 10
+
+
+def test_an_app_that_loads_its_artifacts_freezes_them_for_the_gc(tmp_path_factory):
+    """After loading, the loaded objects sit in the permanent generation (full
+    collections under load no longer scan them); searches work as before."""
+    import gc
+    import time
+
+    from fastapi.testclient import TestClient
+
+    from indexing import HyperbolicIndex
+    from service.app import create_app
+    from service.settings import Settings
+    from tests.test_service_support import fill_index
+
+    art = artifacts(tmp_path_factory)
+    assert art.model_path is not None
+    folder = tmp_path_factory.mktemp("frozen")
+    index = HyperbolicIndex(dim=art.model.dim, curvature=art.model.curvature, path=folder / "ix")
+    fill_index(index, art.model, 50)
+    index.save()
+    index.close()
+    gc.unfreeze()
+    settings = Settings(
+        model=art.model_path, index=folder / "ix", log_json=False, log_level="WARNING"
+    )
+    try:
+        with TestClient(create_app(settings)) as c:
+            deadline = time.monotonic() + 60
+            while c.get("/readyz").status_code != 200:
+                assert time.monotonic() < deadline, c.get("/readyz").text
+                time.sleep(0.05)
+            assert gc.get_freeze_count() > 10_000
+            r = c.post("/v1/search", json={"label": "sneaker", "k": 3})
+            assert r.status_code == 200 and len(r.json()["results"]) == 3
+    finally:
+        gc.unfreeze()
