@@ -191,12 +191,13 @@ def _window(hits: list[Hit], exclude: str | None, skip: int, k: int) -> list[Hit
     return hits[skip : skip + k]
 
 
-def search_many(rt: Runtime, queries: Sequence[Query]) -> list[Answer | ApiError]:
+def search_many(rt: Runtime, queries: Sequence[Query]) -> list[Answer | Exception]:
     """Answer each query as ``search(rt, *query_of(rt, ...), ...)`` would, in one
-    batch: the answer, or the :class:`ApiError` that query raises (other
-    exceptions propagate). See the module docstring for what is batched."""
+    batch: the answer, or the exception that query raises (an :class:`ApiError`,
+    or anything else the index raises), so that no query's failure reaches
+    another. See the module docstring for what is batched."""
     n = len(queries)
-    out: list[Answer | ApiError | None] = [None] * n
+    out: list[Answer | Exception | None] = [None] * n
     xs: list[np.ndarray | None] = [None] * n
     labels: list[str | None] = [None] * n
     excludes: list[str | None] = [None] * n
@@ -214,24 +215,20 @@ def search_many(rt: Runtime, queries: Sequence[Query]) -> list[Answer | ApiError
                 xs[i], labels[i], excludes[i] = query_of(
                     rt, vector=q.vector, label=q.label, item_id=q.item_id
                 )
-        except ApiError as e:
+        except Exception as e:  # noqa: BLE001 - that query's answer
             out[i] = e
-    if need_label:
-        for i, lab in zip(
-            need_label, rt.nearest_used_labels(np.stack([xs[i] for i in need_label])), strict=True
-        ):
-            labels[i] = lab
+    for i, lab in _each(out, need_label, lambda rows: rt.nearest_used_labels(_stack(xs, rows))):
+        labels[i] = lab
     live = [i for i in range(n) if out[i] is None]
-    if not live:
-        return out  # type: ignore[return-value]
-    radii = rt.distance_to_origin(np.stack([xs[i] for i in live])).tolist()
+    radii = dict(_each(out, live, lambda rows: rt.distance_to_origin(_stack(xs, rows)).tolist()))
     groups: dict[int, list[int]] = {}  # window size -> plain nearest queries
-    for i, r in zip(live, radii, strict=True):
+    for i in live:
+        if out[i] is not None:
+            continue
         q = queries[i]
         if q.mode == "nearest" and q.under is None:
             want = q.offset + q.k + (1 if excludes[i] is not None else 0)
             groups.setdefault(want, []).append(i)
-            out[i] = Answer(labels[i], xs[i], r, [], None)  # hits below
             continue
         try:
             out[i] = search(
@@ -244,17 +241,44 @@ def search_many(rt: Runtime, queries: Sequence[Query]) -> list[Answer | ApiError
                 under=q.under,
                 exclude=excludes[i],
                 per_level=q.per_level,
-                radius=r,
+                radius=radii[i],
             )
-        except ApiError as e:
+        except Exception as e:  # noqa: BLE001 - that query's answer
             out[i] = e
     for want, rows in groups.items():
-        ids, dists = rt.index.search(np.stack([xs[i] for i in rows]), k=want)
-        for j, i in enumerate(rows):
+        for i, (ids, dists) in _each(out, rows, lambda r: _nearest_rows(rt, xs, r, want)):
             q = queries[i]
-            hits = _nearest_hits(rt, ids[j], dists[j])
-            out[i].hits = _window(hits, excludes[i], q.offset, q.k)  # type: ignore[union-attr]
+            hits = _window(_nearest_hits(rt, ids, dists), excludes[i], q.offset, q.k)
+            out[i] = Answer(labels[i], xs[i], radii[i], hits, None)
     return out  # type: ignore[return-value]
+
+
+def _stack(xs: list, rows: list[int]) -> np.ndarray:
+    return np.stack([xs[i] for i in rows])
+
+
+def _nearest_rows(rt: Runtime, xs: list, rows: list[int], k: int) -> list:
+    ids, dists = rt.index.search(_stack(xs, rows), k=k)
+    return list(zip(ids, dists, strict=True))
+
+
+def _each(out: list, rows: list[int], batched) -> list:
+    """``[(row, value)]`` of ``batched(rows)`` (one value per row), computed for all
+    rows at once; should that raise, row by row, each failure becoming that row's
+    answer in ``out`` (and the row left out)."""
+    if not rows:
+        return []
+    try:
+        return list(zip(rows, batched(rows), strict=True))
+    except Exception:  # noqa: BLE001 - find the row(s) that fail
+        pass
+    got = []
+    for i in rows:
+        try:
+            got.append((i, batched([i])[0]))
+        except Exception as e:  # noqa: BLE001 - that query's answer
+            out[i] = e
+    return got
 
 
 def _per_level(rt, x, chain, allowed, per_level: int, want: int, exclude: str | None) -> list[Hit]:

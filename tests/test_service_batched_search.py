@@ -142,6 +142,24 @@ def test_search_many_answers_each_query_as_one_search(rt):
     assert searching.search_many(rt, []) == []
 
 
+def test_search_many_keeps_any_failure_to_its_own_query(rt):
+    """Errors that are not ApiErrors (the index refusing k = 0, a point of the wrong
+    dimension) fail their own query only; the rest of the batch is answered."""
+    from indexing import IndexInputError
+    from service import searching
+
+    good = [searching.Query(label="coat", k=5), searching.Query(vector=_queries(rt)[0].vector)]
+    bad = [searching.Query(label="sneaker", k=0), searching.Query(point=np.zeros(3), k=5)]
+    got = searching.search_many(rt, [good[0], bad[0], good[1], bad[1]])
+    assert isinstance(got[1], IndexInputError)
+    assert isinstance(got[3], ValueError)
+    with pytest.raises(IndexInputError):
+        x, lab, _ = searching.query_of(rt, label="sneaker")
+        searching.search(rt, x, lab, k=0)
+    _same(got[0], _one(rt, good[0]))
+    _same(got[2], _one(rt, good[1]))
+
+
 def test_search_many_windows_of_one_batch(rt):
     """Plain nearest queries of different windows in one batch (one index search each)."""
     from service import searching
