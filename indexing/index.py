@@ -38,6 +38,11 @@ __all__ = ["HyperbolicIndex", "Item"]
 log = logging.getLogger("indexing")
 
 AUTO_THRESHOLD = 20_000
+#: The graph backend ``auto`` uses above ``AUTO_THRESHOLD`` live items in the
+#: Poincaré ball: the faster one at recall@10 >= 0.99 in ``benchmarks/ann.py``.
+AUTO_BACKEND = "graph"
+#: Backends that index the Poincaré ball only (product spaces use ``exact``).
+BALL_ONLY = ("graph", "hnsw")
 COMPACT_FRACTION = 0.30
 COMPACT_MIN_SLOTS = 1_000
 
@@ -215,15 +220,15 @@ class HyperbolicIndex:
         )
         self._backend_config = backend
         self._backend_params = params
-        if backend == "hnsw" and not isinstance(self._space, PoincareSpace):
+        if backend in BALL_ONLY and not isinstance(self._space, PoincareSpace):
             raise IndexInputError(
-                f"backend: hnsw supports the Poincaré ball only, not {self._space.spec!r}; "
+                f"backend: {backend} supports the Poincaré ball only, not {self._space.spec!r}; "
                 "product spaces use the exact backend (backend='exact' or 'auto')"
             )
-        # check the parameters now rather than at the first switch to hnsw
+        # check the parameters now rather than at the first switch to the graph
         names = (backend,)
         if backend == "auto":
-            names = ("hnsw",) if isinstance(self._space, PoincareSpace) else ()
+            names = (AUTO_BACKEND,) if isinstance(self._space, PoincareSpace) else ()
         for name in names:
             try:
                 make_backend(name, self._space, **params)
@@ -309,7 +314,7 @@ class HyperbolicIndex:
 
     @property
     def backend(self) -> str:
-        """The backend in use now (``exact`` or ``hnsw``)."""
+        """The backend in use now (``exact``, ``graph`` or ``hnsw``)."""
         return self._backend.name
 
     @property
@@ -356,15 +361,15 @@ class HyperbolicIndex:
         if self._backend_config != "auto":
             return self._backend_config
         if not isinstance(self._space, PoincareSpace):
-            return "exact"  # hnsw is for the ball only (see backends/hnsw.py)
+            return "exact"  # the graphs are for the ball only (see backends/hnsw.py)
         if n_alive > self._auto_threshold:
-            return "hnsw"
-        if current == "hnsw" and n_alive >= self._auto_threshold // 2:
-            return "hnsw"  # hysteresis: do not flip back and forth around the threshold
+            return AUTO_BACKEND
+        if current == AUTO_BACKEND and n_alive >= self._auto_threshold // 2:
+            return AUTO_BACKEND  # hysteresis: do not flip back and forth around the threshold
         return "exact"
 
     def _make_backend(self, name: str) -> Backend:
-        params = self._backend_params if name == "hnsw" or self._backend_config != "auto" else {}
+        params = self._backend_params if name != "exact" or self._backend_config != "auto" else {}
         return make_backend(name, self._space, **params)
 
     def _maintain(self) -> None:

@@ -66,7 +66,7 @@ def test_single_query_vector_and_str_ids(data):
     assert isinstance(ids[0, 0], str)
 
 
-@pytest.mark.parametrize("backend", ["exact", "hnsw", "auto"])
+@pytest.mark.parametrize("backend", ["exact", "graph", "hnsw", "auto"])
 def test_k_larger_than_n_returns_everything(backend):
     x, q = cloud(7, 4, seed=1)
     ix = HyperbolicIndex(16, backend=backend)
@@ -105,7 +105,7 @@ def test_upsert_replaces_vector_label_and_payload():
     assert ix.get("a").label == "w" and ix.get("a").payload is None
 
 
-@pytest.mark.parametrize("backend", ["exact", "hnsw"])
+@pytest.mark.parametrize("backend", ["exact", "graph", "hnsw"])
 def test_delete_hides(backend, data):
     x, q, ids_all = data
     ix = HyperbolicIndex(16, backend=backend)
@@ -125,9 +125,12 @@ def test_delete_hides(backend, data):
         np.testing.assert_array_equal(dist2, bf)
 
 
-def test_compaction_keeps_results_exact():
+@pytest.mark.parametrize(
+    "backend, params", [("hnsw", {"M": 8, "ef_construction": 50}), ("graph", {"R": 16})]
+)
+def test_compaction_keeps_results_exact(backend, params):
     x, q = cloud(2000, 10, seed=5)
-    ix = HyperbolicIndex(16, backend="hnsw", M=8, ef_construction=50)
+    ix = HyperbolicIndex(16, backend=backend, **params)
     ix.add(x, make_ids(2000))
     ix.delete(make_ids(2000)[:1200])
     st = ix.stats()
@@ -143,7 +146,7 @@ def test_auto_switches_backend():
     ix.add(x[:400], make_ids(400))
     assert ix.backend == "exact"
     ix.add(x[400:], make_ids(1200)[400:])
-    assert ix.backend == "hnsw"
+    assert ix.backend == "graph"
     ix.delete(make_ids(1200)[:1000])
     assert ix.backend == "exact"
     ids, dist = ix.search(q, k=10)
@@ -156,7 +159,13 @@ def filter_indexes():
     x, q = cloud(3000, 20, seed=8)
     labels = [f"L{j % 7}" for j in range(len(x))]
     out = {}
-    for be, params in (("exact", {}), ("hnsw", {}), ("hnsw-graph", {"filter_exact_threshold": 0})):
+    for be, params in (
+        ("exact", {}),
+        ("hnsw", {}),
+        ("hnsw-graph", {"filter_exact_threshold": 0}),
+        ("graph", {}),
+        ("graph-graph", {"filter_exact_threshold": 0}),
+    ):
         ix = HyperbolicIndex(16, backend=be.split("-")[0], **params)
         ix.add(x, make_ids(len(x)), labels=labels)
         out[be] = ix
@@ -168,7 +177,7 @@ class TestFilters:
     def idx(self, filter_indexes):
         return filter_indexes
 
-    @pytest.mark.parametrize("be", ["exact", "hnsw", "hnsw-graph"])
+    @pytest.mark.parametrize("be", ["exact", "hnsw", "hnsw-graph", "graph", "graph-graph"])
     def test_label_filter(self, idx, be):
         x, q, labels, ixs = idx
         ix = ixs[be]
@@ -177,16 +186,16 @@ class TestFilters:
         ids, dist = ix.search(q, k=10, labels=want)
         order, bf = brute_force(x[sel], q, 10)
         assert all(labels[i] in want for i in _as_idx(ids).ravel())
-        if be in ("exact", "hnsw"):  # small filtered set: an exact scan
+        if be in ("exact", "hnsw", "graph"):  # small filtered set: an exact scan
             np.testing.assert_array_equal(_as_idx(ids), sel[order])
             np.testing.assert_array_equal(dist, bf)
-        else:  # the graph with hnswlib's filter callback
+        else:  # the graph, filtering what it returns
             pairs = zip(_as_idx(ids), sel[order], strict=True)
             hits = np.mean([len(set(a) & set(b)) / 10 for a, b in pairs])
             assert hits >= 0.95
             assert (np.diff(dist, axis=1) >= 0).all()
 
-    @pytest.mark.parametrize("be", ["exact", "hnsw", "hnsw-graph"])
+    @pytest.mark.parametrize("be", ["exact", "hnsw", "hnsw-graph", "graph", "graph-graph"])
     def test_filter_leaving_fewer_than_k(self, idx, be):
         x, q, labels, ixs = idx
         few = ["i3", "i77", "i1999"]

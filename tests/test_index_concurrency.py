@@ -22,7 +22,7 @@ def _centres(seed: int, dim: int) -> np.ndarray:
     return 0.5 * c / np.linalg.norm(c, axis=1, keepdims=True)
 
 
-@pytest.mark.parametrize("backend", ["exact", "hnsw"])
+@pytest.mark.parametrize("backend", ["exact", "graph", "hnsw"])
 def test_readers_never_see_part_of_a_batch(backend):
     dim = 8
     base, _ = cloud(3000, dim=dim, seed=2)

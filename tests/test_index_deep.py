@@ -43,7 +43,7 @@ def test_deep_cloud_is_deep():
     assert len(np.unique(x32, axis=0)) < len(x) or (np.linalg.norm(x32, axis=1) >= 1).any()
 
 
-@pytest.mark.parametrize("backend", ["exact", "hnsw"])
+@pytest.mark.parametrize("backend", ["exact", "graph", "hnsw"])
 def test_deep_points_search_exactly(backend):
     x, q = deep_cloud(3000, 30, seed=2)
     ix = HyperbolicIndex(8, backend=backend)

@@ -128,7 +128,7 @@ def test_reference_hierarchy_is_interesting(items, holders):
     assert sum(h == nearest[i] for i, h in holders.items()) >= 50
 
 
-@pytest.mark.parametrize("backend", ["exact", "hnsw"])
+@pytest.mark.parametrize("backend", ["exact", "graph", "hnsw"])
 def test_holding_labels_match_reference(items, holders, backend):
     ix = HyperbolicIndex(2, backend=backend, cones=make_cones())
     ix.add(np.array(list(items.values())), list(items), labels=["?"] * len(items))
@@ -136,7 +136,7 @@ def test_holding_labels_match_reference(items, holders, backend):
         assert ix.get(i).holder == holders[i], i
 
 
-@pytest.mark.parametrize("backend", ["exact", "hnsw"])
+@pytest.mark.parametrize("backend", ["exact", "graph", "hnsw"])
 @pytest.mark.parametrize("qlabel", ["dog", "cat", "tree"])
 def test_hierarchical_search_matches_reference(items, holders, backend, qlabel):
     ix = HyperbolicIndex(2, backend=backend, cones=make_cones())

@@ -89,6 +89,10 @@ def _run_child(script: Path, path: Path, seed: int, kill_after: float) -> list[s
 
     def pump():
         for line in proc.stdout:
+            if not line.endswith("\n"):
+                # killed in the middle of printing a long BEGIN line (a pipe write
+                # over PIPE_BUF is not atomic): the operation had not started
+                break
             lines.append(line.rstrip("\n"))
             if line.startswith("READY"):
                 ready.set()

@@ -261,11 +261,11 @@ def test_snapshot_keeps_backend_choice(tmp_path, data):
     x, q, ids = data
     ix = HyperbolicIndex(8, backend="auto", auto_threshold=1000, path=tmp_path, ef=200)
     ix.add(x, ids)
-    assert ix.backend == "hnsw"
+    assert ix.backend == "graph"
     ix.save()
     ix.close()
     re = HyperbolicIndex.load(tmp_path)
-    assert re.backend_config == "auto" and re.backend == "hnsw"
+    assert re.backend_config == "auto" and re.backend == "graph"
     assert re.stats()["backend_params"]["ef"] == 200
     re.delete(ids[:1200])  # below half the threshold: back to exact
     assert re.backend == "exact"

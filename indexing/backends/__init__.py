@@ -4,11 +4,16 @@ from __future__ import annotations
 
 from .base import Backend
 from .exact import ExactBackend
+from .graph import GraphBackend
 from .hnsw import HnswBackend
 
-__all__ = ["Backend", "ExactBackend", "HnswBackend", "BACKENDS", "make_backend"]
+__all__ = ["Backend", "ExactBackend", "GraphBackend", "HnswBackend", "BACKENDS", "make_backend"]
 
-BACKENDS: dict[str, type[Backend]] = {"exact": ExactBackend, "hnsw": HnswBackend}
+BACKENDS: dict[str, type[Backend]] = {
+    "exact": ExactBackend,
+    "graph": GraphBackend,
+    "hnsw": HnswBackend,
+}
 
 
 def make_backend(name: str, space, **params) -> Backend:

@@ -1,0 +1,527 @@
+"""Compiled kernels of the graph backend (numba, no GIL held).
+
+The graph ranks with the Poincaré ranking proxy of :mod:`indexing.geometry`
+(``key(q, x) = |q - x|^2 * w(x)``, ``w(x) = 1 / (1 - c|x|^2)``, float32, from
+coordinate differences), which orders the items like the geodesic distance to
+``q`` does, and with its symmetric form ``K(x, y) = |x - y|^2 w(x) w(y)``
+(``cosh d(x, y) - 1 = 2c K(x, y)``) between graph nodes.  No exact distance is
+computed here: the backend re-ranks the candidates with ``models.geometry``.
+
+Node flags: ``0`` not in the graph, ``1`` live, ``2`` tombstone (a removed item:
+it still routes searches, it is never returned).
+
+* :func:`search_batch` -- beam search ("greedy search" of DiskANN / the base
+  layer of HNSW): a sorted beam of ``L`` nodes, expand the nearest unexpanded
+  one until none is left; every visited node that may be returned (live and,
+  with a filter, allowed) goes into a separate result list, so tombstones and
+  filtered-out nodes route without being returned.
+* :func:`insert_batch` -- incremental insertion of a batch of nodes in
+  parallel (each searches the graph as it was before the batch, its
+  out-edges chosen by robust pruning with ``alpha`` on the geodesic
+  distance), then the reverse edges, grouped by target so targets are updated
+  in parallel; a neighbour list that overflows its slack is pruned again.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit, prange
+
+_FLAGS_LIVE = 1
+
+
+@njit(inline="always", fastmath=True, cache=True)
+def _key(x, w, i, q):
+    """Proxy key of node ``i`` from the point ``q`` (float32 row)."""
+    s = np.float32(0.0)
+    for t in range(x.shape[1]):
+        d = x[i, t] - q[t]
+        s += d * d
+    return s * w[i]
+
+
+@njit(inline="always", fastmath=True, cache=True)
+def _sym(x, w, i, j):
+    """Symmetric key ``K(i, j) = |x_i - x_j|^2 w_i w_j``."""
+    s = np.float32(0.0)
+    for t in range(x.shape[1]):
+        d = x[i, t] - x[j, t]
+        s += d * d
+    return s * w[i] * w[j]
+
+
+@njit(inline="always", cache=True)
+def _arc(kk, two_c):
+    """A monotone stand-in for the geodesic distance: ``sqrt(c) d = arcosh(1 + 2cK)``."""
+    z = two_c * np.float64(kk)
+    return math.log1p(z + math.sqrt(z * (z + 2.0)))
+
+
+@njit(nogil=True, cache=True)
+def _beam(x, w, adj, deg, flags, ok, q, entries, L, R_out, visited, stamp, beam_i, beam_k,
+          expd, res_i, res_k):
+    """One beam search.  Fills ``res_i/res_k`` (sorted, ``R_out`` wide) with the
+    nearest returnable nodes visited; returns how many, and the size of the
+    final beam (``beam_i/beam_k[:n_beam]``, sorted)."""
+    n_beam = 0
+    n_res = 0
+    for e in entries:
+        if e < 0 or flags[e] == 0 or visited[e] == stamp:
+            continue
+        visited[e] = stamp
+        kk = _key(x, w, e, q)
+        # insert into the beam
+        if n_beam < L or kk < beam_k[n_beam - 1]:
+            pos = n_beam if n_beam < L else L - 1
+            while pos > 0 and beam_k[pos - 1] > kk:
+                if pos < L:
+                    beam_i[pos] = beam_i[pos - 1]
+                    beam_k[pos] = beam_k[pos - 1]
+                    expd[pos] = expd[pos - 1]
+                pos -= 1
+            beam_i[pos] = e
+            beam_k[pos] = kk
+            expd[pos] = False
+            if n_beam < L:
+                n_beam += 1
+        if flags[e] == _FLAGS_LIVE and (ok.shape[0] == 0 or ok[e]):
+            if n_res < R_out or kk < res_k[n_res - 1]:
+                pos = n_res if n_res < R_out else R_out - 1
+                while pos > 0 and res_k[pos - 1] > kk:
+                    if pos < R_out:
+                        res_i[pos] = res_i[pos - 1]
+                        res_k[pos] = res_k[pos - 1]
+                    pos -= 1
+                res_i[pos] = e
+                res_k[pos] = kk
+                if n_res < R_out:
+                    n_res += 1
+    p = 0
+    while p < n_beam:
+        if expd[p]:
+            p += 1
+            continue
+        expd[p] = True
+        node = beam_i[p]
+        nxt = n_beam  # the smallest position changed by this expansion
+        for j in range(deg[node]):
+            nb = adj[node, j]
+            if visited[nb] == stamp:
+                continue
+            visited[nb] = stamp
+            if flags[nb] == 0:
+                continue
+            kk = _key(x, w, nb, q)
+            if n_beam < L or kk < beam_k[n_beam - 1]:
+                pos = n_beam if n_beam < L else L - 1
+                while pos > 0 and beam_k[pos - 1] > kk:
+                    beam_i[pos] = beam_i[pos - 1]
+                    beam_k[pos] = beam_k[pos - 1]
+                    expd[pos] = expd[pos - 1]
+                    pos -= 1
+                beam_i[pos] = nb
+                beam_k[pos] = kk
+                expd[pos] = False
+                if n_beam < L:
+                    n_beam += 1
+                if pos < nxt:
+                    nxt = pos
+            if flags[nb] == _FLAGS_LIVE and (ok.shape[0] == 0 or ok[nb]):
+                if n_res < R_out or kk < res_k[n_res - 1]:
+                    pos = n_res if n_res < R_out else R_out - 1
+                    while pos > 0 and res_k[pos - 1] > kk:
+                        res_i[pos] = res_i[pos - 1]
+                        res_k[pos] = res_k[pos - 1]
+                        pos -= 1
+                    res_i[pos] = nb
+                    res_k[pos] = kk
+                    if n_res < R_out:
+                        n_res += 1
+        if nxt < p:
+            p = nxt
+    return n_res, n_beam
+
+
+@njit(nogil=True, cache=True)
+def search_batch(x, w, adj, deg, flags, ok, queries, entries, L, R_out, visited, stamp0):
+    """Beam searches of ``queries`` (float32, ``(q, d)``).  Returns the slots
+    ``(q, R_out)`` (``-1`` padded) and float32 keys (``inf`` padded) of the
+    nearest returnable nodes, and the last visited stamp used."""
+    nq = queries.shape[0]
+    out_i = np.full((nq, R_out), -1, dtype=np.int64)
+    out_k = np.full((nq, R_out), np.inf, dtype=np.float32)
+    beam_i = np.empty(L, dtype=np.int64)
+    beam_k = np.empty(L, dtype=np.float32)
+    expd = np.empty(L, dtype=np.bool_)
+    res_i = np.empty(R_out, dtype=np.int64)
+    res_k = np.empty(R_out, dtype=np.float32)
+    stamp = stamp0
+    for i in range(nq):
+        stamp += 1
+        if stamp >= 4294967295:
+            visited[:] = 0
+            stamp = 1
+        n, _ = _beam(x, w, adj, deg, flags, ok, queries[i], entries, L, R_out, visited,
+                     np.uint32(stamp), beam_i, beam_k, expd, res_i, res_k)
+        out_i[i, :n] = res_i[:n]
+        out_k[i, :n] = res_k[:n]
+    return out_i, out_k, stamp
+
+
+@njit(nogil=True, cache=True)
+def _prune(x, w, node, cand, ck, n_cand, R, alpha, two_c, out, occ):
+    """Robust prune of ``cand[:n_cand]`` (symmetric keys ``ck`` to ``node``):
+    candidates in increasing distance; ``c`` is kept unless a kept ``r`` has
+    ``alpha d(r, c) <= d(node, c)``.  Writes at most ``R`` ids to ``out``;
+    returns how many.  ``occ[i]`` becomes the occluder ``r`` of a dropped
+    ``cand[i]`` (``-1`` if kept or a duplicate; for a candidate dropped for want of
+    room, the kept node nearest to it)."""
+    order = np.argsort(ck[:n_cand])
+    occ[:n_cand] = -1
+    n_out = 0
+    last = -1
+    for oi in range(n_cand):
+        ci = order[oi]
+        c = cand[ci]
+        if c == node or c == last:
+            continue
+        last = c
+        if n_out >= R:
+            # no room: hand it to the kept node nearest to it
+            best = np.inf
+            for r in range(n_out):
+                kr = _sym(x, w, out[r], c)
+                if kr < best:
+                    best = kr
+                    occ[ci] = out[r]
+            continue
+        dpc = _arc(ck[ci], two_c)
+        keep = True
+        for r in range(n_out):
+            o = out[r]
+            if o == c:
+                keep = False
+                break
+            kr = _sym(x, w, o, c)
+            if alpha == 1.0:
+                if kr <= ck[ci]:
+                    keep = False
+                    occ[ci] = o
+                    break
+            elif alpha * _arc(kr, two_c) <= dpc:
+                keep = False
+                occ[ci] = o
+                break
+        if keep:
+            out[n_out] = c
+            n_out += 1
+    return n_out
+
+
+@njit(nogil=True, parallel=True, cache=True)
+def insert_batch(x, w, adj, deg, flags, nodes, entries, L, R, alpha, two_c, visited, n_threads,
+                 mates):
+    """Link ``nodes`` (not yet in the graph: ``flags`` 0; the caller sets them
+    to 1 afterwards).
+
+    The nodes of a batch search the graph as it was before the batch, so they
+    cannot find each other; a batch node therefore also considers up to
+    ``mates`` nodes of the batch whose nearest graph node is the same as its own
+    (a tight cluster of near-duplicates inserted together shares it).  Without
+    that, such a cluster is linked only through reverse edges and hand-offs
+    and a later prune can leave most of it unreachable.
+
+    ``adj`` has ``R + R // 2`` columns (the slack); ``visited`` is
+    ``(n_threads, capacity)`` uint32 of zeros.  Returns the reverse edges
+    ``(targets, sources)`` for :func:`link_groups`."""
+    nb_ = nodes.shape[0]
+    new_adj = np.full((nb_, R), -1, dtype=np.int64)
+    new_deg = np.zeros(nb_, dtype=np.int64)
+    cand_i = np.full((nb_, L), -1, dtype=np.int64)
+    cand_k = np.full((nb_, L), np.inf, dtype=np.float32)
+    n_cand = np.zeros(nb_, dtype=np.int64)
+    top1 = np.full(nb_, -1, dtype=np.int64)
+    empty_ok = np.zeros(0, dtype=np.bool_)
+    chunk = (nb_ + n_threads - 1) // n_threads
+    for t in prange(n_threads):
+        beam_i = np.empty(L, dtype=np.int64)
+        beam_k = np.empty(L, dtype=np.float32)
+        expd = np.empty(L, dtype=np.bool_)
+        res_i = np.empty(L, dtype=np.int64)
+        res_k = np.empty(L, dtype=np.float32)
+        vis = visited[t]
+        stamp = 0
+        for b in range(t * chunk, min(nb_, (t + 1) * chunk)):
+            node = nodes[b]
+            stamp += 1
+            # route over every node in the graph (tombstones too)
+            nr, n_beam = _beam(x, w, adj, deg, flags, empty_ok, x[node], entries, L, 1, vis,
+                               np.uint32(stamp), beam_i, beam_k, expd, res_i, res_k)
+            # candidates: the live nodes of the final beam (symmetric keys)
+            m = 0
+            for j in range(n_beam):
+                bi = beam_i[j]
+                if bi == node or flags[bi] != _FLAGS_LIVE:
+                    continue
+                cand_i[b, m] = bi
+                cand_k[b, m] = beam_k[j] * w[node]
+                m += 1
+            n_cand[b] = m
+            if n_beam > 0:
+                top1[b] = beam_i[0]
+        vis[:] = 0
+    # batch mates: nodes with the same nearest graph node
+    order = np.argsort(top1, kind="mergesort")
+    pos = np.empty(nb_, dtype=np.int64)
+    grp_start = np.empty(nb_, dtype=np.int64)
+    grp_end = np.empty(nb_, dtype=np.int64)
+    a = 0
+    while a < nb_:
+        e = a + 1
+        while e < nb_ and top1[order[e]] == top1[order[a]]:
+            e += 1
+        for p in range(a, e):
+            pos[order[p]] = p
+            grp_start[order[p]] = a
+            grp_end[order[p]] = e
+        a = e
+    for t in prange(n_threads):
+        ci = np.empty(L + mates, dtype=np.int64)
+        ck = np.empty(L + mates, dtype=np.float32)
+        occ = np.empty(L + mates, dtype=np.int64)
+        out = np.empty(R, dtype=np.int64)
+        for b in range(t * chunk, min(nb_, (t + 1) * chunk)):
+            node = nodes[b]
+            m = n_cand[b]
+            for j in range(m):
+                ci[j] = cand_i[b, j]
+                ck[j] = cand_k[b, j]
+            if top1[b] >= 0:
+                lo = max(grp_start[b], pos[b] - mates // 2)
+                hi = min(grp_end[b], lo + mates + 1)
+                for p in range(lo, hi):
+                    o = nodes[order[p]]
+                    if o != node:
+                        ci[m] = o
+                        ck[m] = _sym(x, w, node, o)
+                        m += 1
+            k_out = _prune(x, w, node, ci, ck, m, R, alpha, two_c, out, occ)
+            # always an edge to the nearest graph node: batch mates may occlude
+            # every older node, which would leave the batch an island
+            if n_cand[b] > 0:
+                first = cand_i[b, 0]
+                have = False
+                for j in range(k_out):
+                    if out[j] == first:
+                        have = True
+                        break
+                if not have:
+                    if k_out < R:
+                        k_out += 1
+                    out[k_out - 1] = first
+            new_deg[b] = k_out
+            new_adj[b, :k_out] = out[:k_out]
+    # write the new nodes' out-edges
+    for b in range(nb_):
+        node = nodes[b]
+        deg[node] = new_deg[b]
+        adj[node, : new_deg[b]] = new_adj[b, : new_deg[b]]
+    # reverse edges
+    total = 0
+    for b in range(nb_):
+        total += new_deg[b]
+    tgt = np.empty(total, dtype=np.int64)
+    src = np.empty(total, dtype=np.int64)
+    p = 0
+    for b in range(nb_):
+        for j in range(new_deg[b]):
+            tgt[p] = new_adj[b, j]
+            src[p] = nodes[b]
+            p += 1
+    return tgt, src
+
+
+@njit(nogil=True, parallel=True, cache=True)
+def link_groups(x, w, adj, deg, tgt, src, R, alpha, two_c):
+    """Add the edges ``tgt[i] -> src[i]``, grouped by target so targets are
+    updated in parallel; a list over its slack is pruned back to ``R``.
+    Returns the hand-offs ``(r, c)``: an edge ``v -> c`` pruned because ``r``
+    (kept by ``v``) is nearer ``c`` is offered to ``r`` instead, so a node
+    pruned from a crowded hub stays reachable through the node that occluded
+    it (in a tree-like metric the hubs near the origin are everybody's nearest
+    neighbours and would otherwise drop most of their reverse edges)."""
+    slack = adj.shape[1]
+    total = tgt.shape[0]
+    order = np.argsort(tgt, kind="mergesort")
+    starts = np.empty(total + 1, dtype=np.int64)
+    n_groups = 0
+    for p in range(total):
+        if p == 0 or tgt[order[p]] != tgt[order[p - 1]]:
+            starts[n_groups] = p
+            n_groups += 1
+    starts[n_groups] = total
+    # hand-off buffers: group gi writes at offs[gi] .. offs[gi] + slack + size
+    offs = np.empty(n_groups + 1, dtype=np.int64)
+    offs[0] = 0
+    for gi in range(n_groups):
+        offs[gi + 1] = offs[gi] + slack + (starts[gi + 1] - starts[gi])
+    h_t = np.full(offs[n_groups], -1, dtype=np.int64)
+    h_s = np.full(offs[n_groups], -1, dtype=np.int64)
+    for gi in prange(n_groups):
+        a = starts[gi]
+        e = starts[gi + 1]
+        v = tgt[order[a]]
+        cap = slack + (e - a)
+        cand = np.empty(cap, dtype=np.int64)
+        m = 0
+        for j in range(deg[v]):
+            cand[m] = adj[v, j]
+            m += 1
+        for p in range(a, e):
+            u = src[order[p]]
+            if u == v:
+                continue
+            dup = False
+            for j in range(m):
+                if cand[j] == u:
+                    dup = True
+                    break
+            if not dup:
+                cand[m] = u
+                m += 1
+        if m <= slack:
+            for j in range(m):
+                adj[v, j] = cand[j]
+            deg[v] = m
+        else:
+            ck = np.empty(m, dtype=np.float32)
+            for j in range(m):
+                ck[j] = _sym(x, w, v, cand[j])
+            out = np.empty(R, dtype=np.int64)
+            occ = np.empty(m, dtype=np.int64)
+            k_out = _prune(x, w, v, cand, ck, m, R, alpha, two_c, out, occ)
+            for j in range(k_out):
+                adj[v, j] = out[j]
+            deg[v] = k_out
+            o = offs[gi]
+            for j in range(m):
+                if occ[j] >= 0:
+                    h_t[o] = occ[j]
+                    h_s[o] = cand[j]
+                    o += 1
+    keep = h_t >= 0
+    return h_t[keep], h_s[keep]
+
+
+@njit(nogil=True, cache=True)
+def reachable(adj, deg, flags, entries):
+    """Mask of the nodes reachable from ``entries`` (in-graph nodes only)."""
+    n = flags.shape[0]
+    seen = np.zeros(n, dtype=np.bool_)
+    stack = np.empty(n, dtype=np.int64)
+    top = 0
+    for e in entries:
+        if e >= 0 and flags[e] != 0 and not seen[e]:
+            seen[e] = True
+            stack[top] = e
+            top += 1
+    while top > 0:
+        top -= 1
+        v = stack[top]
+        for j in range(deg[v]):
+            u = adj[v, j]
+            if not seen[u] and flags[u] != 0:
+                seen[u] = True
+                stack[top] = u
+                top += 1
+    return seen
+
+
+@njit(nogil=True, cache=True)
+def repair(x, w, adj, deg, flags, entries, L):
+    """Give every in-graph node no search can reach an in-edge: from its nearest
+    reachable out-neighbour, or else (an island: a group of near-duplicates
+    whose edges all point at each other) from the nearest node a beam search
+    from the entry points finds.  The edge takes a free slack column, else
+    replaces the host's last edge.  Nodes are handled from the origin
+    outwards.  Returns how many edges were added."""
+    n = flags.shape[0]
+    slack = adj.shape[1]
+    seen = reachable(adj, deg, flags, entries)
+    order = np.argsort(w)
+    stack = np.empty(n, dtype=np.int64)
+    visited = np.zeros(n, dtype=np.uint32)
+    beam_i = np.empty(L, dtype=np.int64)
+    beam_k = np.empty(L, dtype=np.float32)
+    expd = np.empty(L, dtype=np.bool_)
+    res_i = np.empty(1, dtype=np.int64)
+    res_k = np.empty(1, dtype=np.float32)
+    no_filter = np.zeros(0, dtype=np.bool_)
+    stamp = 0
+    added = 0
+    for rounds in range(8):
+        progress = False
+        for oi in range(n):
+            u = order[oi]
+            if flags[u] == 0 or seen[u]:
+                continue
+            # the nearest reachable out-neighbour, preferring one with room
+            best = -1
+            best_k = np.inf
+            roomy = -1
+            roomy_k = np.inf
+            for j in range(deg[u]):
+                v = adj[u, j]
+                if seen[v]:
+                    kk = _sym(x, w, u, v)
+                    if kk < best_k:
+                        best_k = kk
+                        best = v
+                    if deg[v] < slack and kk < roomy_k:
+                        roomy_k = kk
+                        roomy = v
+            if roomy >= 0:
+                best = roomy
+            else:
+                stamp += 1
+                _, n_beam = _beam(x, w, adj, deg, flags, no_filter, x[u], entries, L, 1,
+                                  visited, np.uint32(stamp), beam_i, beam_k, expd, res_i, res_k)
+                for j in range(n_beam):
+                    v = beam_i[j]
+                    if v != u and seen[v] and deg[v] < slack:
+                        best = v
+                        break
+                if best < 0:
+                    for j in range(n_beam):
+                        if beam_i[j] != u and seen[beam_i[j]]:
+                            best = beam_i[j]
+                            break
+            if best < 0:
+                continue
+            if deg[best] < slack:
+                adj[best, deg[best]] = u
+                deg[best] += 1
+            else:
+                adj[best, slack - 1] = u
+            added += 1
+            progress = True
+            # everything reachable from u is reachable now
+            seen[u] = True
+            top = 1
+            stack[0] = u
+            while top > 0:
+                top -= 1
+                v = stack[top]
+                for j in range(deg[v]):
+                    t = adj[v, j]
+                    if not seen[t] and flags[t] != 0:
+                        seen[t] = True
+                        stack[top] = t
+                        top += 1
+        if not progress:
+            break
+        # replacing a last edge may have cut something off: look again
+        seen = reachable(adj, deg, flags, entries)
+    return added

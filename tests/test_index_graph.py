@@ -1,0 +1,162 @@
+"""The graph backend (indexing/backends/graph.py): a proximity graph built with
+the hyperbolic metric, searched with a beam and re-ranked in float64."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from indexing import HyperbolicIndex, IndexInputError
+
+from .test_index_common import brute_force, cloud, exact_dist, make_ids, recall_at
+
+
+@pytest.fixture(scope="module")
+def big():
+    x, q = cloud(20_000, 200, seed=31)
+    ids = make_ids(len(x))
+    exact = HyperbolicIndex(16, backend="exact")
+    exact.add(x, ids)
+    truth, tdist = exact.search(q, k=10)
+    graph = HyperbolicIndex(16, backend="graph")  # default parameters
+    graph.add(x, ids)
+    return x, q, truth, tdist, graph
+
+
+def test_recall_and_exact_distances(big):
+    x, q, truth, tdist, graph = big
+    ids, dist = graph.search(q, k=10)
+    assert recall_at(ids, truth) >= 0.99
+    assert dist.dtype == np.float64
+    assert (np.diff(dist, axis=1) >= 0).all()
+    # every distance is the float64 distance of the item returned
+    for i in range(0, len(q), 20):
+        rows = [int(s[1:]) for s in ids[i]]
+        np.testing.assert_array_equal(dist[i], exact_dist(q[i], x[rows]))
+    # where the graph found the true neighbour, the distance is the truth's
+    hit = ids[:, 0] == truth[:, 0]
+    assert hit.mean() >= 0.99
+    np.testing.assert_array_equal(dist[hit, 0], tdist[hit, 0])
+
+
+def test_recall_rises_with_ef(big):
+    x, q, truth, _, graph = big
+    low = recall_at(graph.search(q, k=10, ef=10)[0], truth)
+    high = recall_at(graph.search(q, k=10, ef=200)[0], truth)
+    assert high >= 0.998
+    assert high > low
+
+
+def test_every_node_is_reachable(big):
+    graph = big[-1]
+    backend = graph._backend
+    assert backend.name == "graph"
+    assert backend.unreachable() == 0
+
+
+def test_deleted_items_never_come_back_and_results_stay_exact():
+    x, q = cloud(6000, 30, seed=32)
+    ids = make_ids(len(x))
+    ix = HyperbolicIndex(16, backend="graph", R=16)
+    ix.add(x, ids)
+    gone = set(ids[::4])  # 25%: below the compaction threshold, tombstones in the graph
+    assert ix.delete(sorted(gone)) == len(gone)
+    assert ix.stats()["slots"] == len(x)  # not compacted: the graph routes through tombstones
+    keep = np.array([j for j in range(len(x)) if ids[j] not in gone])
+    found, dist = ix.search(q, k=10)
+    assert not gone & set(found.ravel().tolist())
+    order, bf = brute_force(x[keep], q, 10)
+    truth = np.array(ids)[keep][order]
+    assert recall_at(found, truth) >= 0.97
+    assert ix._backend.unreachable() == 0
+
+
+def test_batches_of_near_duplicates_stay_reachable():
+    """Tight clusters added one batch at a time (near-duplicate images): every
+    search for a cluster's centre returns the whole cluster, after every add."""
+    dim, size = 8, 40
+    base, _ = cloud(3000, dim=dim, seed=2)
+    ix = HyperbolicIndex(dim, backend="graph")
+    ix.add(base, make_ids(3000, "base"))
+    rng = np.random.default_rng(6)
+    centres = rng.standard_normal((25, dim))
+    centres = 0.5 * centres / np.linalg.norm(centres, axis=1, keepdims=True)
+    for b in range(len(centres)):
+        pts = centres[b] + 1e-4 * rng.standard_normal((size, dim))
+        ix.add(pts, [f"b{b}_{j}" for j in range(size)])
+        for c in range(b + 1):
+            found, _ = ix.search(centres[c], k=size)
+            got = sum(s.startswith(f"b{c}_") for s in found[0])
+            assert got == size, f"after batch {b}: {got} of cluster {c}"
+    assert ix._backend.unreachable() == 0
+
+
+def test_snapshot_round_trip_restores_the_graph(tmp_path):
+    x, q = cloud(5000, 40, seed=33)
+    ids = make_ids(len(x))
+    ix = HyperbolicIndex(16, backend="graph", path=tmp_path / "ix")
+    ix.add(x, ids)
+    ix.delete(ids[:100])
+    before = ix.search(q, k=10)
+    adj = ix._backend._adj[: len(x)].copy()
+    ix.save()
+    ix.close()
+    again = HyperbolicIndex.load(tmp_path / "ix")
+    assert again.backend == "graph"
+    np.testing.assert_array_equal(again._backend._adj[: len(x)], adj)  # restored, not rebuilt
+    after = again.search(q, k=10)
+    np.testing.assert_array_equal(before[0], after[0])
+    np.testing.assert_array_equal(before[1], after[1])
+    # writes after the snapshot are replayed into the restored graph
+    again.add(x[:50] * 0.5, [f"new{j}" for j in range(50)])
+    again.close()
+    third = HyperbolicIndex.load(tmp_path / "ix")
+    found, _ = third.search(x[:50] * 0.5, k=1)
+    assert found[:, 0].tolist() == [f"new{j}" for j in range(50)]
+    third.close()
+
+
+def test_concurrent_searches_agree_with_a_serial_run(big):
+    x, q, truth, _, graph = big
+    serial = graph.search(q, k=10)
+    out: dict[int, tuple] = {}
+    errors: list[BaseException] = []
+
+    def run(t):
+        try:
+            for _ in range(3):
+                out[t] = graph.search(q[t::4], k=10)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for t in range(4):
+        np.testing.assert_array_equal(out[t][0], serial[0][t::4])
+        np.testing.assert_array_equal(out[t][1], serial[1][t::4])
+
+
+@pytest.mark.parametrize(
+    "params, pattern",
+    [
+        ({"R": 1}, "R must be >= 2"),
+        ({"alpha": 0.5}, "alpha must be >= 1"),
+        ({"ef": 0}, "ef must be >= 1"),
+        ({"mates": -1}, "mates must be >= 0"),
+        ({"degree": 8}, "unknown parameters"),
+    ],
+)
+def test_bad_parameters(params, pattern):
+    with pytest.raises(IndexInputError, match=pattern):
+        HyperbolicIndex(8, backend="graph", **params)
+
+
+def test_products_refused():
+    with pytest.raises(IndexInputError, match="graph supports the Poincaré ball only"):
+        HyperbolicIndex(space="poincare:4,euclidean:4", backend="graph")
