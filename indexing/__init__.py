@@ -17,12 +17,17 @@ API
 ``HyperbolicIndex(dim=None, curvature=1.0, *, space=None, backend="auto", path=None,
 cones=None, **backend_params)``
     ``backend``: ``"exact"`` (full scan: float32 ranking proxy, ``max(4k, k+32)``
-    candidates re-ranked in float64), ``"hnsw"`` (hnswlib ``l2`` graph on the
-    Poincaré coordinates, re-centred multi-pass search, exact re-ranking; see
-    :mod:`indexing.backends.hnsw` for its parameters ``M``, ``ef_construction``,
-    ``ef``, ``passes``, ``num_threads``, ``filter_exact_threshold``, ``seed``) or
-    ``"auto"`` (exact up to ``auto_threshold`` = 20,000 live items, hnsw above;
-    back to exact below half of it).  ``path``: a folder; the index is then
+    candidates re-ranked in float64), ``"graph"`` (a proximity graph built and
+    searched with the hyperbolic metric in compiled kernels, exact re-ranking;
+    see :mod:`indexing.backends.graph` for its parameters ``R``,
+    ``ef_construction``, ``alpha``, ``ef``, ``n_entries``, ...), ``"hnsw"``
+    (hnswlib ``l2`` graph on the Poincaré coordinates, re-centred multi-pass
+    search, exact re-ranking; see :mod:`indexing.backends.hnsw` for ``M``,
+    ``ef_construction``, ``ef``, ``passes``, ``num_threads``,
+    ``filter_exact_threshold``, ``seed``) or ``"auto"`` (exact up to
+    ``auto_threshold`` = 20,000 live items, ``graph`` above -- the faster at
+    recall@10 >= 0.99 in ``benchmarks/ann.py``; back to exact below half of it).
+    ``path``: a folder; the index is then
     durable (created, or opened if it holds a store with the same space).
     Without a path the index lives in memory until :meth:`save`.
 ``add(vectors, ids, labels=None, payloads=None) -> None``
@@ -42,7 +47,8 @@ cones=None, **backend_params)``
     ``filter_ids``: only these ids; ``labels``: items whose label is in the
     set; ``under``: items whose *holding label* is in the set (pass all the
     descendants-or-self of a taxonomy node).  Filters combine by intersection.
-    ``ef``: hnsw candidates of a re-centred pass (default 256).
+    ``ef``: the graph's beam width (default 48) or hnsw's candidates of a
+    re-centred pass (default 256).
 ``search_hierarchical(query, chain, descendants_of, k=10, offset=0, *, ef=None)``
 ``-> list[HierarchicalHit]``
     ``chain = [l0, parent(l0), ..., root]`` (for a DAG the caller picks one
@@ -76,12 +82,12 @@ Precision: candidates are ranked with a float32 proxy and re-ranked exactly in
 float64.  Points deeper than hyperbolic radius ~12.9/sqrt(c) (gap ``1 - c|x|^2``
 below ``indexing.geometry.DEEP_GAP`` = 1e-5), where float32 cannot tell
 neighbours apart, are ranked in float64 (deep queries) and kept out of the
-float32 hnsw graph (scanned exactly); results stay exact up to the float64
+float32 graphs (scanned exactly); results stay exact up to the float64
 limit (radius ~37).
 
 Concurrency: searches run in parallel; writes are serialised and never run
 during a search (a writer-preferring readers-writer lock).  Compaction (when
-more than 30% of the slots are deleted) and the switch to hnsw rebuild the
+more than 30% of the slots are deleted) and the switch to a graph rebuild the
 backend while holding the write lock: searches wait for it.
 
 Space strings
@@ -100,7 +106,7 @@ distance is ``sqrt(sum_i d_i^2)``; a vector is the concatenation of its
 factors' coordinates and must satisfy ``ProductSpace.contains``.  For product
 spaces the index's ``curvature`` argument is not used by the distance (the
 factors carry their own).  Product spaces always use the exact backend
-(``auto`` stays exact; ``backend="hnsw"`` is refused): ``l2`` on concatenated
+(``auto`` stays exact; ``backend="graph"`` or ``"hnsw"`` is refused): ``l2`` on concatenated
 coordinates measured recall@10 below 0.3 even at ef = 512 (see
 :mod:`indexing.backends.hnsw`).
 """

@@ -44,7 +44,7 @@ class StatsOut(BaseModel):
     model: str | None = Field(description="version id of the image model (null: labels only)")
     labels: int = Field(description="distinct labels carried by items")
     taxonomy: int = Field(description="nodes of the loaded taxonomy")
-    backend: str = Field(description="index backend in use (exact or hnsw)")
+    backend: str = Field(description="index backend in use (exact, graph or hnsw)")
 
 
 # ---------------------------------------------------------------- search
