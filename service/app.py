@@ -28,8 +28,9 @@ from fastapi.staticfiles import StaticFiles
 from . import searching
 from .batching import MicroBatcher
 from .deps import Services
-from .errors import install_error_handlers
+from .errors import ApiError, install_error_handlers
 from .fastpath import SearchFastPath
+from .imaging import EncodedPicture
 from .jobs import JobManager
 from .observability import Metrics, RequestMiddleware, setup_logging
 from .routes import items, jobs, labels, ops, page, search
@@ -52,14 +53,30 @@ MULTIPART_SLACK = 64 * 1024  # bytes of multipart framing allowed on top of the 
 
 
 def _embedder(runtime: Runtime):
-    """One forward pass for a micro-batch, and each picture's nearest label (batched too)."""
+    """One forward pass for a micro-batch, and each picture's nearest label (batched too).
+    Items are pixel arrays, or small uploads still encoded (:class:`EncodedPicture`:
+    decoded here, off the event loop; one that does not decode gets its ApiError)."""
     model = runtime.model
 
-    def embed(images: list[np.ndarray]) -> list[tuple[np.ndarray, str]]:
-        x = np.stack(images) if all(im.shape == images[0].shape for im in images) else images
-        z = model.embed(x).numpy().astype(np.float64)
-        labels = runtime.nearest_used_labels(z)
-        return list(zip(z, labels, strict=True))
+    def embed(items: list) -> list:
+        out: list = [None] * len(items)
+        images, rows = [], []
+        for j, item in enumerate(items):
+            if isinstance(item, EncodedPicture):
+                try:
+                    item = item.decode()
+                except ApiError as e:
+                    out[j] = e
+                    continue
+            images.append(item)
+            rows.append(j)
+        if images:
+            same = all(im.shape == images[0].shape for im in images)
+            z = model.embed(np.stack(images) if same else images).numpy().astype(np.float64)
+            labels = runtime.nearest_used_labels(z)
+            for j, zj, lab in zip(rows, z, labels, strict=True):
+                out[j] = (zj, lab)
+        return out
 
     return embed
 

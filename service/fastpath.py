@@ -56,6 +56,49 @@ class ImageSearchParams(BaseModel):
     disk: bool = False
 
 
+def single_file_part(content_type: bytes, body: bytes) -> bytes | None:
+    """The content of the only part of a ``multipart/form-data`` body when that part
+    is a file named ``file`` (what clients send to ``/v1/search/image``), or
+    ``None`` for any other shape (a preamble, more parts, other headers, no
+    filename, ...), which the general parser then reads. A strict subset of the
+    format: for these bodies the general parser gives the same bytes."""
+    from python_multipart.multipart import parse_options_header
+
+    _, params = parse_options_header(content_type)
+    boundary = params.get(b"boundary")
+    if not boundary:
+        return None
+    delim = b"--" + boundary
+    if not body.startswith(delim + b"\r\n"):
+        return None
+    close = b"\r\n" + delim + b"--"
+    end = body.rfind(close)
+    if end < 0 or body[end + len(close) :] not in (b"", b"\r\n"):
+        return None
+    part = body[len(delim) + 2 : end]
+    if b"\r\n" + delim in part:  # more than one part
+        return None
+    head_end = part.find(b"\r\n\r\n")
+    if head_end < 0:
+        return None
+    disposition = None
+    for line in part[:head_end].split(b"\r\n"):
+        name, sep, value = line.partition(b":")
+        name = name.strip().lower()
+        if not sep or name not in (b"content-disposition", b"content-type"):
+            return None
+        if name == b"content-disposition":
+            if disposition is not None:
+                return None
+            disposition = value.strip()
+    if disposition is None:
+        return None
+    kind, opts = parse_options_header(disposition)
+    if kind != b"form-data" or opts.get(b"name") != b"file" or not opts.get(b"filename"):
+        return None
+    return part[head_end + 4 :]
+
+
 def _headers(headers) -> tuple[bytes, int | None]:
     """(media type, content length) from the raw headers; no length when chunked."""
     media, length = b"", None
@@ -159,7 +202,7 @@ class SearchFastPath:
         from starlette.datastructures import UploadFile
         from starlette.requests import Request
 
-        from .routes.search import answer_json, decode_upload
+        from .routes.search import answer_json, embed_bytes
 
         services = self.services
         rt, settings, batcher = services.runtime, services.settings, services.batcher
@@ -173,16 +216,18 @@ class SearchFastPath:
             return None
         if params.disk:
             return None
-        async with Request(scope, _replay(body, None)).form() as form:
-            files = form.getlist("file")
-            if len(files) != 1 or not isinstance(files[0], UploadFile):
-                return None
-            data = await files[0].read()
+        content_type = next((v for k, v in scope["headers"] if k == b"content-type"), b"")
+        data = single_file_part(content_type, body)
+        if data is None:  # any other shape: the general parser
+            async with Request(scope, _replay(body, None)).form() as form:
+                files = form.getlist("file")
+                if len(files) != 1 or not isinstance(files[0], UploadFile):
+                    return None
+                data = await files[0].read()
         if len(data) > settings.max_upload_bytes:
             return None
         searching.check_window(params.k, params.offset, settings)
-        pixels = await decode_upload(data, settings)
-        z, qlabel = await batcher.run(pixels)
+        z, qlabel = await embed_bytes(data, settings, batcher)
         x = searching.check_vector(rt, z, "file")
         query = searching.Query(
             k=params.k,

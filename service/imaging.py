@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -71,6 +72,18 @@ def decode_image(data: bytes, *, max_pixels: int, field: str = "file") -> np.nda
             raise ApiError(
                 422, f"{field}: the picture does not decode ({type(e).__name__}: {e})"
             ) from None
+
+
+@dataclass(frozen=True)
+class EncodedPicture:
+    """An upload's bytes, to be decoded (:func:`decode_image`) by whoever embeds it."""
+
+    data: bytes
+    max_pixels: int
+    field: str = "file"
+
+    def decode(self) -> np.ndarray:
+        return decode_image(self.data, max_pixels=self.max_pixels, field=self.field)
 
 
 def announced_pixels(data: bytes) -> int | None:

@@ -14,7 +14,7 @@ from ..batching import BatcherClosed
 from ..deps import BatcherDep, RuntimeDep, SearcherDep, SettingsDep
 from ..disk import layout
 from ..errors import ApiError
-from ..imaging import announced_pixels, decode_image
+from ..imaging import EncodedPicture, announced_pixels, decode_image
 from ..runtime import Runtime
 from ..schemas import (
     INVALID,
@@ -142,28 +142,30 @@ def embed_upload(file: UploadFile, settings, batcher) -> tuple[np.ndarray, str]:
         raise ApiError(503, "the service is shutting down") from None
 
 
-#: pictures announcing at most this many pixels are decoded on the event loop (a
-#: Fashion-MNIST PNG takes well under a millisecond); larger ones in the thread pool,
-#: so a big photo never stalls the loop
-INLINE_DECODE_PIXELS = 512 * 512
+#: pictures announcing at most this many pixels are decoded by the embedding worker,
+#: with its batch (a Fashion-MNIST PNG takes a tenth of a millisecond); larger ones
+#: in the thread pool, so a big photo never holds up the batch
+WORKER_DECODE_PIXELS = 512 * 512
 
 
-async def decode_upload(data: bytes, settings) -> np.ndarray:
-    """:func:`decode_image` for async code: inline for small pictures, else in the pool."""
+async def embed_bytes(data: bytes, settings, batcher) -> tuple[np.ndarray, str]:
+    """The point and nearest label of an upload's bytes, for async code: no thread of
+    the pool waits on the batcher, and the event loop does not decode."""
     n = announced_pixels(data)
-    if n is not None and n <= INLINE_DECODE_PIXELS:
-        return decode_image(data, max_pixels=settings.max_image_pixels)
-    return await run_in_threadpool(decode_image, data, max_pixels=settings.max_image_pixels)
+    if n is not None and n <= WORKER_DECODE_PIXELS:
+        item = EncodedPicture(data, settings.max_image_pixels)
+    else:
+        item = await run_in_threadpool(decode_image, data, max_pixels=settings.max_image_pixels)
+    try:
+        return await batcher.run(item)
+    except (BatcherClosed, concurrent.futures.CancelledError):
+        raise ApiError(503, "the service is shutting down") from None
 
 
 async def embed_upload_async(file: UploadFile, settings, batcher) -> tuple[np.ndarray, str]:
-    """:func:`embed_upload` for async routes: no thread of the pool waits on the batcher."""
+    """:func:`embed_upload` for async routes."""
     data = await run_in_threadpool(read_upload, file, settings)
-    pixels = await decode_upload(data, settings)
-    try:
-        return await batcher.run(pixels)
-    except (BatcherClosed, concurrent.futures.CancelledError):
-        raise ApiError(503, "the service is shutting down") from None
+    return await embed_bytes(data, settings, batcher)
 
 
 @router.post(
