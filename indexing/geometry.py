@@ -252,6 +252,10 @@ class PoincareSpace(Space):
         g = 1.0 - self.c * np.einsum("ij,ij->i", x, x)
         return 1.0 / np.maximum(g, 1e-300)
 
+    def proxy_weight(self, x: np.ndarray) -> np.ndarray:
+        """``w(x) = 1 / (1 - c|x|^2)`` in float64 (the proxy's per-item factor)."""
+        return self._inv_gap(np.asarray(x, dtype=np.float64))
+
     def deep(self, x: np.ndarray) -> np.ndarray:
         x = np.asarray(x, dtype=np.float64)
         return 1.0 - self.c * np.einsum("ij,ij->i", x, x) < DEEP_GAP

@@ -160,3 +160,39 @@ def test_bad_parameters(params, pattern):
 def test_products_refused():
     with pytest.raises(IndexInputError, match="graph supports the Poincaré ball only"):
         HyperbolicIndex(space="poincare:4,euclidean:4", backend="graph")
+
+
+def test_precision_auto_follows_the_depth_of_the_data():
+    shallow, _ = cloud(3000, seed=34)
+    ix = HyperbolicIndex(16, backend="graph")
+    ix.add(shallow, make_ids(len(shallow)))
+    assert ix._backend._dtype == np.float32
+    # half the points pushed out to 1 - |x| in [1e-7, 1e-6] (deep: gap below 1e-5)
+    deep, q = cloud(6000, 40, seed=35)
+    rng = np.random.default_rng(35)
+    for pts in (deep, q):
+        sel = rng.random(len(pts)) < 0.5
+        r = 1.0 - 10.0 ** -rng.uniform(6.0, 7.0, size=int(sel.sum()))
+        pts[sel] *= (r / np.linalg.norm(pts[sel], axis=1))[:, None]
+    assert ix._backend.space.deep(deep).mean() > 0.01
+    results = {}
+    for precision in ("auto", "float32"):
+        g = HyperbolicIndex(16, backend="graph", precision=precision)
+        g.add(deep, make_ids(len(deep)))
+        backend = g._backend
+        if precision == "auto":
+            assert backend._dtype == np.float64 and not backend._deep
+        else:
+            assert backend._dtype == np.float32 and backend._deep  # scanned exactly
+        results[precision] = g.search(q, k=10)
+    order, bf = brute_force(deep, q, 10)
+    truth = np.array(make_ids(len(deep)))[order]
+    for precision, (found, dist) in results.items():
+        assert recall_at(found, truth) >= 0.98, precision
+        hit = found[:, 0] == truth[:, 0]
+        np.testing.assert_array_equal(dist[hit, 0], bf[hit, 0])
+
+
+def test_bad_precision():
+    with pytest.raises(IndexInputError, match="precision must be"):
+        HyperbolicIndex(8, backend="graph", precision="half")

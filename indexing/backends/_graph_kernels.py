@@ -1,8 +1,8 @@
 """Compiled kernels of the graph backend (numba, no GIL held).
 
 The graph ranks with the Poincaré ranking proxy of :mod:`indexing.geometry`
-(``key(q, x) = |q - x|^2 * w(x)``, ``w(x) = 1 / (1 - c|x|^2)``, float32, from
-coordinate differences), which orders the items like the geodesic distance to
+(``key(q, x) = |q - x|^2 * w(x)``, ``w(x) = 1 / (1 - c|x|^2)`` in float64,
+coordinates in float64 or float32, from coordinate differences), which orders the items like the geodesic distance to
 ``q`` does, and with its symmetric form ``K(x, y) = |x - y|^2 w(x) w(y)``
 (``cosh d(x, y) - 1 = 2c K(x, y)``) between graph nodes.  No exact distance is
 computed here: the backend re-ranks the candidates with ``models.geometry``.
@@ -47,8 +47,8 @@ _FLAGS_LIVE = 1
 
 @njit(inline="always", fastmath=True, cache=True)
 def _key(x, w, i, q):
-    """Proxy key of node ``i`` from the point ``q`` (float32 row)."""
-    s = np.float32(0.0)
+    """Proxy key of node ``i`` from the point ``q`` (a row of ``x``'s dtype)."""
+    s = 0.0
     for t in range(x.shape[1]):
         d = x[i, t] - q[t]
         s += d * d
@@ -58,7 +58,7 @@ def _key(x, w, i, q):
 @njit(inline="always", fastmath=True, cache=True)
 def _sym(x, w, i, j):
     """Symmetric key ``K(i, j) = |x_i - x_j|^2 w_i w_j``."""
-    s = np.float32(0.0)
+    s = 0.0
     for t in range(x.shape[1]):
         d = x[i, t] - x[j, t]
         s += d * d
@@ -159,17 +159,17 @@ def _beam(x, w, adj, deg, flags, ok, q, entries, L, R_out, visited, stamp, beam_
 
 @njit(nogil=True, cache=True)
 def search_batch(x, w, adj, deg, flags, ok, queries, entries, L, R_out, visited, stamp0):
-    """Beam searches of ``queries`` (float32, ``(q, d)``).  Returns the slots
-    ``(q, R_out)`` (``-1`` padded) and float32 keys (``inf`` padded) of the
+    """Beam searches of ``queries`` (``(q, d)``, ``x``'s dtype).  Returns the slots
+    ``(q, R_out)`` (``-1`` padded) and float64 keys (``inf`` padded) of the
     nearest returnable nodes, and the last visited stamp used."""
     nq = queries.shape[0]
     out_i = np.full((nq, R_out), -1, dtype=np.int64)
-    out_k = np.full((nq, R_out), np.inf, dtype=np.float32)
+    out_k = np.full((nq, R_out), np.inf, dtype=np.float64)
     beam_i = np.empty(L, dtype=np.int64)
-    beam_k = np.empty(L, dtype=np.float32)
+    beam_k = np.empty(L, dtype=np.float64)
     expd = np.empty(L, dtype=np.bool_)
     res_i = np.empty(R_out, dtype=np.int64)
-    res_k = np.empty(R_out, dtype=np.float32)
+    res_k = np.empty(R_out, dtype=np.float64)
     stamp = stamp0
     for i in range(nq):
         stamp += 1
@@ -253,17 +253,17 @@ def insert_batch(x, w, adj, deg, flags, nodes, entries, L, R, alpha, two_c, visi
     new_adj = np.full((nb_, R), -1, dtype=np.int64)
     new_deg = np.zeros(nb_, dtype=np.int64)
     cand_i = np.full((nb_, L), -1, dtype=np.int64)
-    cand_k = np.full((nb_, L), np.inf, dtype=np.float32)
+    cand_k = np.full((nb_, L), np.inf, dtype=np.float64)
     n_cand = np.zeros(nb_, dtype=np.int64)
     top1 = np.full(nb_, -1, dtype=np.int64)
     empty_ok = np.zeros(0, dtype=np.bool_)
     chunk = (nb_ + n_threads - 1) // n_threads
     for t in prange(n_threads):
         beam_i = np.empty(L, dtype=np.int64)
-        beam_k = np.empty(L, dtype=np.float32)
+        beam_k = np.empty(L, dtype=np.float64)
         expd = np.empty(L, dtype=np.bool_)
         res_i = np.empty(L, dtype=np.int64)
-        res_k = np.empty(L, dtype=np.float32)
+        res_k = np.empty(L, dtype=np.float64)
         vis = visited[t]
         stamp = 0
         for b in range(t * chunk, min(nb_, (t + 1) * chunk)):
@@ -302,7 +302,7 @@ def insert_batch(x, w, adj, deg, flags, nodes, entries, L, R, alpha, two_c, visi
         a = e
     for t in prange(n_threads):
         ci = np.empty(L + mates, dtype=np.int64)
-        ck = np.empty(L + mates, dtype=np.float32)
+        ck = np.empty(L + mates, dtype=np.float64)
         occ = np.empty(L + mates, dtype=np.int64)
         out = np.empty(R, dtype=np.int64)
         for b in range(t * chunk, min(nb_, (t + 1) * chunk)):
@@ -409,7 +409,7 @@ def link_groups(x, w, adj, deg, tgt, src, R, alpha, two_c):
                 adj[v, j] = cand[j]
             deg[v] = m
         else:
-            ck = np.empty(m, dtype=np.float32)
+            ck = np.empty(m, dtype=np.float64)
             for j in range(m):
                 ck[j] = _sym(x, w, v, cand[j])
             out = np.empty(R, dtype=np.int64)
@@ -467,10 +467,10 @@ def repair(x, w, adj, deg, flags, entries, L):
     stack = np.empty(n, dtype=np.int64)
     visited = np.zeros(n, dtype=np.uint32)
     beam_i = np.empty(L, dtype=np.int64)
-    beam_k = np.empty(L, dtype=np.float32)
+    beam_k = np.empty(L, dtype=np.float64)
     expd = np.empty(L, dtype=np.bool_)
     res_i = np.empty(1, dtype=np.int64)
-    res_k = np.empty(1, dtype=np.float32)
+    res_k = np.empty(1, dtype=np.float64)
     no_filter = np.zeros(0, dtype=np.bool_)
     stamp = 0
     added = 0
