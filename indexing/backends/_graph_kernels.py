@@ -184,7 +184,7 @@ def search_batch(x, w, adj, deg, flags, ok, queries, entries, L, R_out, visited,
 
 
 @njit(nogil=True, cache=True)
-def _prune(x, w, node, cand, ck, n_cand, R, alpha, two_c, out, occ):
+def _prune(x, w, node, cand, ck, n_cand, R, alpha, two_c, out, occ, min_deg):
     """Robust prune of ``cand[:n_cand]`` (symmetric keys ``ck`` to ``node``):
     candidates in increasing distance; ``c`` is kept unless a kept ``r`` has
     ``alpha d(r, c) <= d(node, c)``.  Writes at most ``R`` ids to ``out``;
@@ -230,12 +230,34 @@ def _prune(x, w, node, cand, ck, n_cand, R, alpha, two_c, out, occ):
         if keep:
             out[n_out] = c
             n_out += 1
+    if n_out < min_deg:
+        # a tree-like metric leaves a near-tree (mean degree 2 on WordNet noun
+        # embeddings), which a beam cannot navigate: top up with the nearest
+        # pruned candidates
+        last = -1
+        for oi in range(n_cand):
+            if n_out >= min_deg:
+                break
+            ci = order[oi]
+            c = cand[ci]
+            if c == node or c == last or occ[ci] < 0:
+                continue
+            last = c
+            dup = False
+            for r in range(n_out):
+                if out[r] == c:
+                    dup = True
+                    break
+            if not dup:
+                out[n_out] = c
+                n_out += 1
+                occ[ci] = -1
     return n_out
 
 
 @njit(nogil=True, parallel=True, cache=True)
 def insert_batch(x, w, adj, deg, flags, nodes, entries, L, R, alpha, two_c, visited, n_threads,
-                 mates):
+                 mates, min_deg):
     """Link ``nodes`` (not yet in the graph: ``flags`` 0; the caller sets them
     to 1 afterwards).
 
@@ -320,7 +342,7 @@ def insert_batch(x, w, adj, deg, flags, nodes, entries, L, R, alpha, two_c, visi
                         ci[m] = o
                         ck[m] = _sym(x, w, node, o)
                         m += 1
-            k_out = _prune(x, w, node, ci, ck, m, R, alpha, two_c, out, occ)
+            k_out = _prune(x, w, node, ci, ck, m, R, alpha, two_c, out, occ, min_deg)
             # always an edge to the nearest graph node: batch mates may occlude
             # every older node, which would leave the batch an island
             if n_cand[b] > 0:
@@ -357,7 +379,7 @@ def insert_batch(x, w, adj, deg, flags, nodes, entries, L, R, alpha, two_c, visi
 
 
 @njit(nogil=True, parallel=True, cache=True)
-def link_groups(x, w, adj, deg, tgt, src, R, alpha, two_c):
+def link_groups(x, w, adj, deg, tgt, src, R, alpha, two_c, min_deg):
     """Add the edges ``tgt[i] -> src[i]``, grouped by target so targets are
     updated in parallel; a list over its slack is pruned back to ``R``.
     Returns the hand-offs ``(r, c)``: an edge ``v -> c`` pruned because ``r``
@@ -414,7 +436,7 @@ def link_groups(x, w, adj, deg, tgt, src, R, alpha, two_c):
                 ck[j] = _sym(x, w, v, cand[j])
             out = np.empty(R, dtype=np.int64)
             occ = np.empty(m, dtype=np.int64)
-            k_out = _prune(x, w, v, cand, ck, m, R, alpha, two_c, out, occ)
+            k_out = _prune(x, w, v, cand, ck, m, R, alpha, two_c, out, occ, min_deg)
             for j in range(k_out):
                 adj[v, j] = out[j]
             deg[v] = k_out

@@ -18,6 +18,11 @@ its symmetric form between nodes, in compiled kernels that release the GIL
   edges (mean degree about 8 at ``alpha = 1``); a larger ``alpha`` keeps more
   out-edges, all pointing inward at the same hubs, whose reverse edges then
   crowd each other out: recall fell (0.945 at ``alpha = 1.2``, ef 42);
+* ``min_degree``: a node keeps at least that many edges, topped up with the
+  nearest pruned candidates -- on a tree-like metric robust pruning leaves a
+  near-tree (mean degree 2.0 on the WordNet noun embeddings) that a beam
+  navigates badly (recall@10 at ef 256: 0.964 at no minimum, 0.981 at 16;
+  clouds 200k x 16-d at ef 32: 0.988 -> 0.992 at 8);
 * reverse edges are added grouped by target, in parallel; a list over
   ``R + R // 2`` is pruned back to ``R`` and every edge ``v -> c`` it drops
   because a kept ``r`` is nearer ``c`` is handed to ``r`` (``handoffs``
@@ -47,7 +52,7 @@ In a float32 graph the deep items stay out and are scanned exactly, as in
 
 Parameters: ``R`` (32), ``ef_construction`` (96), ``alpha`` (1.0), ``ef``
 (48), ``n_entries`` (256), ``max_batch`` (4096), ``handoffs`` (3),
-``mates`` (32), ``precision`` ("auto"), ``build_threads`` (0: numba's default),
+``mates`` (32), ``min_degree`` (8), ``precision`` ("auto"), ``build_threads`` (0: numba's default),
 ``filter_exact_threshold`` (20000), ``seed`` (100).
 """
 
@@ -78,6 +83,7 @@ _DEFAULTS: dict[str, Any] = {
     "n_entries": 256,
     "handoffs": 3,
     "mates": 32,
+    "min_degree": 8,
     "precision": "auto",
 }
 #: ``precision="auto"``: float64 coordinates when more than this share of the
@@ -138,7 +144,7 @@ class GraphBackend(Backend):
             raise ValueError(f"graph backend: R must be >= 2, got {p['R']!r}")
         if not float(p["alpha"]) >= 1.0:
             raise ValueError(f"graph backend: alpha must be >= 1, got {p['alpha']!r}")
-        for key in ("filter_exact_threshold", "build_threads", "handoffs", "mates"):
+        for key in ("filter_exact_threshold", "build_threads", "handoffs", "mates", "min_degree"):
             if int(p[key]) < 0:
                 raise ValueError(f"graph backend: {key} must be >= 0, got {p[key]!r}")
         if p["precision"] not in ("auto", "float32", "float64"):
@@ -275,14 +281,14 @@ class GraphBackend(Backend):
                 tgt, src = K.insert_batch(
                     self._x, self._w, self._adj, self._deg, self._flags, batch, self._entries,
                     self._p["ef_construction"], self._p["R"], self._p["alpha"], two_c, vis, threads,
-                    self._p["mates"],
+                    self._p["mates"], self._p["min_degree"],
                 )
                 for _ in range(self._p["handoffs"] + 1):
                     if len(tgt) == 0:
                         break
                     tgt, src = K.link_groups(
                         self._x, self._w, self._adj, self._deg, tgt, src,
-                        self._p["R"], self._p["alpha"], two_c,
+                        self._p["R"], self._p["alpha"], two_c, self._p["min_degree"],
                     )
             self._flags[batch] = 1
             self._in_graph += size
