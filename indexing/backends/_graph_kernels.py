@@ -73,18 +73,27 @@ def _arc(kk, two_c):
 
 
 @njit(nogil=True, cache=True)
-def _beam(x, w, adj, deg, flags, ok, q, entries, L, R_out, visited, stamp, beam_i, beam_k,
-          expd, res_i, res_k):
-    """One beam search.  Fills ``res_i/res_k`` (sorted, ``R_out`` wide) with the
-    nearest returnable nodes visited; returns how many, and the size of the
-    final beam (``beam_i/beam_k[:n_beam]``, sorted)."""
+def _beam(x, w, adj, deg, flags, ok, q, entries, ex, ew, L, R_out, visited, stamp, beam_i,
+          beam_k, expd, res_i, res_k):
+    """One beam search from the entry points ``entries`` (their coordinates and
+    weights copied to the dense ``ex``, ``ew``: scoring them reads memory in
+    order).  Fills ``res_i/res_k`` (sorted, ``R_out`` wide) with the nearest
+    returnable nodes visited; returns how many, and the size of the final beam
+    (``beam_i/beam_k[:n_beam]``, sorted)."""
     n_beam = 0
     n_res = 0
-    for e in entries:
-        if e < 0 or flags[e] == 0 or visited[e] == stamp:
+    for j in range(entries.shape[0]):
+        e = entries[j]
+        s = 0.0
+        for t in range(ex.shape[1]):
+            dd = ex[j, t] - q[t]
+            s += dd * dd
+        kk = s * ew[j]
+        if n_beam == L and kk >= beam_k[n_beam - 1]:
+            continue
+        if visited[e] == stamp or flags[e] == 0:
             continue
         visited[e] = stamp
-        kk = _key(x, w, e, q)
         # insert into the beam
         if n_beam < L or kk < beam_k[n_beam - 1]:
             pos = n_beam if n_beam < L else L - 1
@@ -158,7 +167,7 @@ def _beam(x, w, adj, deg, flags, ok, q, entries, L, R_out, visited, stamp, beam_
 
 
 @njit(nogil=True, cache=True)
-def search_batch(x, w, adj, deg, flags, ok, queries, entries, L, R_out, visited, stamp0):
+def search_batch(x, w, adj, deg, flags, ok, queries, entries, ex, ew, L, R_out, visited, stamp0):
     """Beam searches of ``queries`` (``(q, d)``, ``x``'s dtype).  Returns the slots
     ``(q, R_out)`` (``-1`` padded) and float64 keys (``inf`` padded) of the
     nearest returnable nodes, and the last visited stamp used."""
@@ -176,7 +185,7 @@ def search_batch(x, w, adj, deg, flags, ok, queries, entries, L, R_out, visited,
         if stamp >= 4294967295:
             visited[:] = 0
             stamp = 1
-        n, _ = _beam(x, w, adj, deg, flags, ok, queries[i], entries, L, R_out, visited,
+        n, _ = _beam(x, w, adj, deg, flags, ok, queries[i], entries, ex, ew, L, R_out, visited,
                      np.uint32(stamp), beam_i, beam_k, expd, res_i, res_k)
         out_i[i, :n] = res_i[:n]
         out_k[i, :n] = res_k[:n]
@@ -256,8 +265,8 @@ def _prune(x, w, node, cand, ck, n_cand, R, alpha, two_c, out, occ, min_deg):
 
 
 @njit(nogil=True, parallel=True, cache=True)
-def insert_batch(x, w, adj, deg, flags, nodes, entries, L, R, alpha, two_c, visited, n_threads,
-                 mates, min_deg):
+def insert_batch(x, w, adj, deg, flags, nodes, entries, ex, ew, L, R, alpha, two_c, visited,
+                 n_threads, mates, min_deg):
     """Link ``nodes`` (not yet in the graph: ``flags`` 0; the caller sets them
     to 1 afterwards).
 
@@ -292,7 +301,8 @@ def insert_batch(x, w, adj, deg, flags, nodes, entries, L, R, alpha, two_c, visi
             node = nodes[b]
             stamp += 1
             # route over every node in the graph (tombstones too)
-            nr, n_beam = _beam(x, w, adj, deg, flags, empty_ok, x[node], entries, L, 1, vis,
+            nr, n_beam = _beam(x, w, adj, deg, flags, empty_ok, x[node], entries, ex, ew, L, 1,
+                               vis,
                                np.uint32(stamp), beam_i, beam_k, expd, res_i, res_k)
             # candidates: the live nodes of the final beam (symmetric keys)
             m = 0
@@ -475,7 +485,7 @@ def reachable(adj, deg, flags, entries):
 
 
 @njit(nogil=True, cache=True)
-def repair(x, w, adj, deg, flags, entries, L):
+def repair(x, w, adj, deg, flags, entries, ex, ew, L):
     """Give every in-graph node no search can reach an in-edge: from its nearest
     reachable out-neighbour, or else (an island: a group of near-duplicates
     whose edges all point at each other) from the nearest node a beam search
@@ -521,7 +531,7 @@ def repair(x, w, adj, deg, flags, entries, L):
                 best = roomy
             else:
                 stamp += 1
-                _, n_beam = _beam(x, w, adj, deg, flags, no_filter, x[u], entries, L, 1,
+                _, n_beam = _beam(x, w, adj, deg, flags, no_filter, x[u], entries, ex, ew, L, 1,
                                   visited, np.uint32(stamp), beam_i, beam_k, expd, res_i, res_k)
                 for j in range(n_beam):
                     v = beam_i[j]

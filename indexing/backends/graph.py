@@ -176,7 +176,7 @@ class GraphBackend(Backend):
         self._n = 0  # slots covered by the arrays' contents
         self._in_graph = 0
         self._deleted = 0
-        self._entries = np.empty(0, dtype=np.int64)
+        self._set_entries(np.empty(0, dtype=np.int64))
         self._deep: set[int] = set()
         self._visited.clear()
 
@@ -268,7 +268,7 @@ class GraphBackend(Backend):
             slots[[0, first]] = slots[[first, 0]]
             self._flags[slots[0]] = 1
             self._in_graph = 1
-            self._entries = np.array([slots[0]], dtype=np.int64)
+            self._set_entries(np.array([slots[0]], dtype=np.int64))
             slots = slots[1:]
         threads = self._p["build_threads"] or _numba_threads()
         two_c = 2.0 * self.space.c
@@ -280,6 +280,7 @@ class GraphBackend(Backend):
             with K.PARALLEL_LOCK:
                 tgt, src = K.insert_batch(
                     self._x, self._w, self._adj, self._deg, self._flags, batch, self._entries,
+                    self._ex, self._ew,
                     self._p["ef_construction"], self._p["R"], self._p["alpha"], two_c, vis, threads,
                     self._p["mates"], self._p["min_degree"],
                 )
@@ -297,22 +298,28 @@ class GraphBackend(Backend):
                 self._pick_entries()
         self._pick_entries()
         K.repair(
-            self._x, self._w, self._adj, self._deg, self._flags, self._entries,
+            self._x, self._w, self._adj, self._deg, self._flags, self._entries, self._ex, self._ew,
             self._p["ef_construction"],
         )
+
+    def _set_entries(self, entries: np.ndarray) -> None:
+        """Entry points, with a dense copy of their coordinates and weights."""
+        self._entries = entries
+        self._ex = np.ascontiguousarray(self._x[entries])
+        self._ew = np.ascontiguousarray(self._w[entries])
 
     def _pick_entries(self) -> None:
         """The live node nearest the origin and a few random live nodes."""
         live = np.nonzero(self._flags[: self._n] == 1)[0]
         if len(live) == 0:
             route = np.nonzero(self._flags[: self._n] != 0)[0]
-            self._entries = route[:1].astype(np.int64)
+            self._set_entries(route[:1].astype(np.int64))
             return
         hub = live[np.argmin(self._w[live])]
         rng = np.random.default_rng(self._p["seed"])
         extra = rng.choice(live, size=min(len(live), self._p["n_entries"] - 1), replace=False)
-        self._entries = np.unique(np.concatenate([[hub], extra])).astype(np.int64)
-        self._entries = np.concatenate([[hub], self._entries[self._entries != hub]])
+        rest = np.unique(extra).astype(np.int64)
+        self._set_entries(np.concatenate([[hub], rest[rest != hub]]).astype(np.int64))
 
     # -- search -----------------------------------------------------------------------
     def search(self, table, queries, k, *, allowed=None, ef=None):
@@ -367,6 +374,7 @@ class GraphBackend(Backend):
         try:
             cand, _, item[1] = K.search_batch(
                 self._x, self._w, self._adj, self._deg, self._flags, ok, q32, self._entries,
+                self._ex, self._ew,
                 width, keep, item[0], item[1],
             )
         finally:
@@ -436,7 +444,7 @@ class GraphBackend(Backend):
         self._adj[:n] = adj
         self._deg[:n] = deg
         self._flags[:n] = flags
-        self._entries = entries.astype(np.int64)
+        self._set_entries(entries.astype(np.int64))
         self._deep = set(deep.tolist())
         self._in_graph, self._deleted = (int(v) for v in counts)
         live = table.live_slots()
