@@ -72,6 +72,36 @@ def _arc(kk, two_c):
     return math.log1p(z + math.sqrt(z * (z + 2.0)))
 
 
+@njit(inline="always", cache=True)
+def _into_beam(beam_i, beam_k, expd, n, L, kk, node):
+    """Insert ``node`` (key ``kk``, not yet expanded) into the sorted beam of
+    size ``n <= L`` (the caller checked it belongs there).  Returns the new
+    size and the position taken."""
+    pos = n if n < L else L - 1
+    while pos > 0 and beam_k[pos - 1] > kk:
+        beam_i[pos] = beam_i[pos - 1]
+        beam_k[pos] = beam_k[pos - 1]
+        expd[pos] = expd[pos - 1]
+        pos -= 1
+    beam_i[pos] = node
+    beam_k[pos] = kk
+    expd[pos] = False
+    return (n + 1 if n < L else n), pos
+
+
+@njit(inline="always", cache=True)
+def _into_results(res_i, res_k, n, R_out, kk, node):
+    """Insert ``node`` into the sorted result list of size ``n <= R_out``."""
+    pos = n if n < R_out else R_out - 1
+    while pos > 0 and res_k[pos - 1] > kk:
+        res_i[pos] = res_i[pos - 1]
+        res_k[pos] = res_k[pos - 1]
+        pos -= 1
+    res_i[pos] = node
+    res_k[pos] = kk
+    return n + 1 if n < R_out else n
+
+
 @njit(nogil=True, cache=True)
 def _beam(x, w, adj, deg, flags, ok, q, entries, ex, ew, L, R_out, visited, stamp, beam_i,
           beam_k, expd, res_i, res_k):
@@ -94,32 +124,11 @@ def _beam(x, w, adj, deg, flags, ok, q, entries, ex, ew, L, R_out, visited, stam
         if visited[e] == stamp or flags[e] == 0:
             continue
         visited[e] = stamp
-        # insert into the beam
         if n_beam < L or kk < beam_k[n_beam - 1]:
-            pos = n_beam if n_beam < L else L - 1
-            while pos > 0 and beam_k[pos - 1] > kk:
-                if pos < L:
-                    beam_i[pos] = beam_i[pos - 1]
-                    beam_k[pos] = beam_k[pos - 1]
-                    expd[pos] = expd[pos - 1]
-                pos -= 1
-            beam_i[pos] = e
-            beam_k[pos] = kk
-            expd[pos] = False
-            if n_beam < L:
-                n_beam += 1
+            n_beam, _ = _into_beam(beam_i, beam_k, expd, n_beam, L, kk, e)
         if flags[e] == _FLAGS_LIVE and (ok.shape[0] == 0 or ok[e]):
             if n_res < R_out or kk < res_k[n_res - 1]:
-                pos = n_res if n_res < R_out else R_out - 1
-                while pos > 0 and res_k[pos - 1] > kk:
-                    if pos < R_out:
-                        res_i[pos] = res_i[pos - 1]
-                        res_k[pos] = res_k[pos - 1]
-                    pos -= 1
-                res_i[pos] = e
-                res_k[pos] = kk
-                if n_res < R_out:
-                    n_res += 1
+                n_res = _into_results(res_i, res_k, n_res, R_out, kk, e)
     p = 0
     while p < n_beam:
         if expd[p]:
@@ -137,30 +146,12 @@ def _beam(x, w, adj, deg, flags, ok, q, entries, ex, ew, L, R_out, visited, stam
                 continue
             kk = _key(x, w, nb, q)
             if n_beam < L or kk < beam_k[n_beam - 1]:
-                pos = n_beam if n_beam < L else L - 1
-                while pos > 0 and beam_k[pos - 1] > kk:
-                    beam_i[pos] = beam_i[pos - 1]
-                    beam_k[pos] = beam_k[pos - 1]
-                    expd[pos] = expd[pos - 1]
-                    pos -= 1
-                beam_i[pos] = nb
-                beam_k[pos] = kk
-                expd[pos] = False
-                if n_beam < L:
-                    n_beam += 1
+                n_beam, pos = _into_beam(beam_i, beam_k, expd, n_beam, L, kk, nb)
                 if pos < nxt:
                     nxt = pos
             if flags[nb] == _FLAGS_LIVE and (ok.shape[0] == 0 or ok[nb]):
                 if n_res < R_out or kk < res_k[n_res - 1]:
-                    pos = n_res if n_res < R_out else R_out - 1
-                    while pos > 0 and res_k[pos - 1] > kk:
-                        res_i[pos] = res_i[pos - 1]
-                        res_k[pos] = res_k[pos - 1]
-                        pos -= 1
-                    res_i[pos] = nb
-                    res_k[pos] = kk
-                    if n_res < R_out:
-                        n_res += 1
+                    n_res = _into_results(res_i, res_k, n_res, R_out, kk, nb)
         if nxt < p:
             p = nxt
     return n_res, n_beam
