@@ -452,6 +452,20 @@ def link_groups(x, w, adj, deg, tgt, src, R, alpha, two_c, min_deg):
 
 
 @njit(nogil=True, cache=True)
+def _flood(adj, deg, flags, seen, stack, top):
+    """Mark ``seen`` every in-graph node reachable from ``stack[:top]`` (already seen)."""
+    while top > 0:
+        top -= 1
+        v = stack[top]
+        for j in range(deg[v]):
+            u = adj[v, j]
+            if not seen[u] and flags[u] != 0:
+                seen[u] = True
+                stack[top] = u
+                top += 1
+
+
+@njit(nogil=True, cache=True)
 def reachable(adj, deg, flags, entries):
     """Mask of the nodes reachable from ``entries`` (in-graph nodes only)."""
     n = flags.shape[0]
@@ -463,15 +477,7 @@ def reachable(adj, deg, flags, entries):
             seen[e] = True
             stack[top] = e
             top += 1
-    while top > 0:
-        top -= 1
-        v = stack[top]
-        for j in range(deg[v]):
-            u = adj[v, j]
-            if not seen[u] and flags[u] != 0:
-                seen[u] = True
-                stack[top] = u
-                top += 1
+    _flood(adj, deg, flags, seen, stack, top)
     return seen
 
 
@@ -545,17 +551,8 @@ def repair(x, w, adj, deg, flags, entries, ex, ew, L):
             progress = True
             # everything reachable from u is reachable now
             seen[u] = True
-            top = 1
             stack[0] = u
-            while top > 0:
-                top -= 1
-                v = stack[top]
-                for j in range(deg[v]):
-                    t = adj[v, j]
-                    if not seen[t] and flags[t] != 0:
-                        seen[t] = True
-                        stack[top] = t
-                        top += 1
+            _flood(adj, deg, flags, seen, stack, 1)
         if not progress:
             break
         # replacing a last edge may have cut something off: look again
