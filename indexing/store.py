@@ -1,9 +1,9 @@
-"""Durability: the SQLite store (source of truth) and snapshot files (a cache).
+"""Durability: the SQLite store of an index, the source of truth.
 
 Layout of an index folder::
 
     store.sqlite3          the items (WAL journal, synchronous=FULL)
-    manifest.json          describes the current snapshot
+    manifest.json          describes the current snapshot  (:mod:`indexing.snapshot`)
     snapshot-<seq>-<rnd>.bin   the backend state at sequence number <seq>
 
 SQLite schema (``FORMAT_VERSION`` 1)::
@@ -18,20 +18,13 @@ Every write takes the next sequence numbers (one per row) and commits before it
 returns.  A delete keeps a tombstone row (``deleted = 1``, vector and payload
 cleared) with a fresh sequence number, so a snapshot taken before the delete is
 corrected by replaying the rows with ``seq`` greater than the snapshot's.
-
-A snapshot is written to a temporary file, fsynced and renamed; then the
-manifest (which names it and carries its sha256) is written the same way, then
-the folder is fsynced and older snapshots are removed.  A crash at any point
-leaves either the old or the new (manifest, snapshot) pair.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sqlite3
-import struct
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
@@ -41,23 +34,13 @@ from typing import Any
 import numpy as np
 
 from .errors import IndexStoreError
+from .table import ItemBatch
 
-__all__ = [
-    "FORMAT_VERSION",
-    "STORE_FILE",
-    "MANIFEST_FILE",
-    "Store",
-    "write_snapshot",
-    "read_snapshot",
-    "write_manifest",
-    "read_manifest",
-    "SnapshotError",
-]
+__all__ = ["FORMAT_VERSION", "STORE_FILE", "Store", "fsync_dir"]
 
+#: The version of the folder's format: the store's schema and the snapshot files.
 FORMAT_VERSION = 1
 STORE_FILE = "store.sqlite3"
-MANIFEST_FILE = "manifest.json"
-_MAGIC = b"HYPSNAP\x01"
 
 _UPSERT_META = "INSERT INTO meta VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value"
 
@@ -75,10 +58,6 @@ CREATE TABLE IF NOT EXISTS items (
 CREATE INDEX IF NOT EXISTS items_seq ON items(seq);
 CREATE TABLE IF NOT EXISTS label_cones (label TEXT PRIMARY KEY, parent TEXT, vector BLOB);
 """
-
-
-class SnapshotError(Exception):
-    """A snapshot or manifest is missing, corrupt or does not match the store."""
 
 
 class Store:
@@ -149,12 +128,7 @@ class Store:
 
     def set_meta(self, items: dict[str, str]) -> None:
         with self._lock:
-            self._tx(
-                lambda c: c.executemany(
-                    _UPSERT_META,
-                    items.items(),
-                )
-            )
+            self._tx(lambda c: c.executemany(_UPSERT_META, items.items()))
 
     # -- transactions ----------------------------------------------------------------
     def _tx(self, fn):
@@ -173,21 +147,16 @@ class Store:
         return self._seq
 
     # -- writes ------------------------------------------------------------------------
-    def upsert(
-        self,
-        ids: Sequence[str],
-        vectors: np.ndarray,
-        labels: Sequence[str | None],
-        holders: Sequence[str | None],
-        payloads: Sequence[str | None],
-    ) -> int:
-        """Insert or replace items in one committed transaction; returns the last seq."""
+    def upsert(self, items: ItemBatch, payloads: Sequence[str | None]) -> int:
+        """Insert or replace items (``payloads``: JSON text) in one committed
+        transaction; returns the last seq."""
         with self._lock:
             start = self._seq + 1
-            vec = np.ascontiguousarray(vectors, dtype="<f8")
+            vec = np.ascontiguousarray(items.vectors, dtype="<f8")
+            labels, holders = items.labels, items.holders
             rows = [
                 (i, start + j, vec[j].tobytes(), labels[j], holders[j], payloads[j])
-                for j, i in enumerate(ids)
+                for j, i in enumerate(items.ids)
             ]
             self._tx(
                 lambda c: c.executemany(
@@ -267,41 +236,32 @@ class Store:
                 self._con.execute("SELECT COUNT(*) FROM items WHERE deleted=0").fetchone()[0]
             )
 
-    def iter_live(self, dim: int, batch: int = 50_000) -> Iterator[tuple]:
-        """``(ids, vectors, labels, holders)`` batches of the live items, by seq."""
-        yield from self._iter(
-            "SELECT id, vector, label, holder, deleted FROM items WHERE deleted=0 ORDER BY seq",
-            (),
-            dim,
-            batch,
-        )
+    def iter_live(self, dim: int, batch: int = 50_000) -> Iterator[ItemBatch]:
+        """Batches of the live items, by seq."""
+        for items, _ in self._iter("deleted=0", (), dim, batch):
+            yield items
 
-    def iter_after(self, seq: int, dim: int, batch: int = 50_000) -> Iterator[tuple]:
-        """``(ids, vectors, labels, holders, deleted)`` batches of rows with a larger seq."""
-        yield from self._iter(
-            "SELECT id, vector, label, holder, deleted FROM items WHERE seq>? ORDER BY seq",
-            (int(seq),),
-            dim,
-            batch,
-            with_deleted=True,
-        )
+    def iter_after(
+        self, seq: int, dim: int, batch: int = 50_000
+    ) -> Iterator[tuple[ItemBatch, list[bool]]]:
+        """``(items, deleted)`` batches of the rows with a larger seq (tombstones
+        included: ``deleted[j]`` is true for them, their vector is zero)."""
+        yield from self._iter("seq>?", (int(seq),), dim, batch)
 
-    def _iter(self, sql, args, dim, batch, with_deleted=False):
+    def _iter(self, where, args, dim, batch):
+        sql = f"SELECT id, vector, label, holder, deleted FROM items WHERE {where} ORDER BY seq"
         with self._lock:
             rows = self._con.execute(sql, args).fetchall()
         for a in range(0, len(rows), batch):
             part = rows[a : a + batch]
-            ids = [r[0] for r in part]
             vecs = np.zeros((len(part), dim), dtype=np.float64)
             for j, r in enumerate(part):
                 if r[1] is not None:
                     vecs[j] = np.frombuffer(r[1], dtype="<f8")
-            labels = [r[2] for r in part]
-            holders = [r[3] for r in part]
-            if with_deleted:
-                yield ids, vecs, labels, holders, [bool(r[4]) for r in part]
-            else:
-                yield ids, vecs, labels, holders
+            items = ItemBatch(
+                [r[0] for r in part], vecs, [r[2] for r in part], [r[3] for r in part]
+            )
+            yield items, [bool(r[4]) for r in part]
 
     # -- label cones ---------------------------------------------------------------------
     def save_cones(
@@ -312,10 +272,7 @@ class Store:
             def run(c):
                 c.execute("DELETE FROM label_cones")
                 c.executemany("INSERT INTO label_cones VALUES (?, ?, ?)", rows)
-                c.executemany(
-                    _UPSERT_META,
-                    meta.items(),
-                )
+                c.executemany(_UPSERT_META, meta.items())
 
             self._tx(run)
 
@@ -341,7 +298,7 @@ class Store:
             tmp.execute("PRAGMA synchronous=FULL")
         finally:
             tmp.close()
-        _fsync_dir(folder)
+        fsync_dir(folder)
 
     def close(self) -> None:
         with self._lock:
@@ -351,10 +308,8 @@ class Store:
                 pass
 
 
-# -- snapshot files ---------------------------------------------------------------------
-
-
-def _fsync_dir(folder: Path) -> None:
+def fsync_dir(folder: Path) -> None:
+    """fsync a folder (a rename in it is durable after this); errors are ignored."""
     try:
         fd = os.open(str(folder), os.O_RDONLY)
     except OSError:
@@ -365,83 +320,3 @@ def _fsync_dir(folder: Path) -> None:
         pass
     finally:
         os.close(fd)
-
-
-def _atomic_write(path: Path, chunks: Sequence[bytes]) -> str:
-    """Write ``chunks`` to ``path`` atomically; returns the sha256 of the content."""
-    from models.fileio import atomic_write_bytes
-
-    return atomic_write_bytes(path, chunks, mode=0o644)
-
-
-def write_snapshot(
-    folder: Path, seq: int, header: dict[str, Any], blobs: dict[str, bytes]
-) -> tuple[str, str]:
-    """Write a snapshot file; returns ``(file name, sha256)``."""
-    names = sorted(blobs)
-    hdr = dict(header)
-    hdr["blobs"] = [[n, len(blobs[n])] for n in names]
-    raw = json.dumps(hdr, sort_keys=True).encode()
-    name = f"snapshot-{int(seq):012d}-{uuid.uuid4().hex[:8]}.bin"
-    chunks = [_MAGIC, struct.pack("<Q", len(raw)), raw] + [blobs[n] for n in names]
-    digest = _atomic_write(folder / name, chunks)
-    return name, digest
-
-
-def read_snapshot(path: Path, sha256: str) -> tuple[dict[str, Any], dict[str, bytes]]:
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise SnapshotError(f"snapshot file {path.name} is missing") from None
-    if hashlib.sha256(data).hexdigest() != sha256:
-        raise SnapshotError(f"snapshot file {path.name} is corrupt (sha256 mismatch)")
-    if data[:8] != _MAGIC:
-        raise SnapshotError(f"snapshot file {path.name}: not a snapshot")
-    (n,) = struct.unpack("<Q", data[8:16])
-    header = json.loads(data[16 : 16 + n])
-    pos = 16 + n
-    blobs = {}
-    for name, length in header.pop("blobs"):
-        blobs[name] = data[pos : pos + length]
-        pos += length
-    if pos != len(data):
-        raise SnapshotError(f"snapshot file {path.name}: truncated or padded")
-    return header, blobs
-
-
-def write_manifest(folder: Path, manifest: dict[str, Any]) -> None:
-    raw = json.dumps(manifest, indent=2, sort_keys=True).encode() + b"\n"
-    _atomic_write(folder / MANIFEST_FILE, [raw])
-    _fsync_dir(folder)
-    keep = manifest.get("snapshot")
-    for p in folder.glob("snapshot-*.bin"):
-        if p.name != keep:
-            try:
-                p.unlink()
-            except OSError:
-                pass
-    for p in [*folder.glob(".snapshot-*.tmp"), *folder.glob(f".{MANIFEST_FILE}.*.tmp")]:
-        try:
-            p.unlink()
-        except OSError:
-            pass
-
-
-def read_manifest(folder: Path) -> dict[str, Any]:
-    path = folder / MANIFEST_FILE
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise SnapshotError("there is no snapshot (manifest.json is missing)") from None
-    try:
-        man = json.loads(raw)
-    except ValueError:
-        raise SnapshotError("manifest.json is corrupt (not JSON)") from None
-    if not isinstance(man, dict):
-        raise SnapshotError("manifest.json is corrupt (not an object)")
-    if man.get("format_version") != FORMAT_VERSION:
-        raise SnapshotError(
-            f"manifest.json has format version {man.get('format_version')!r}, "
-            f"expected {FORMAT_VERSION}"
-        )
-    return man

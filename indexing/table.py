@@ -4,15 +4,51 @@ A *slot* is the row of an item in the table and its label in the backend
 (hnswlib's integer label).  Slots are handed out in increasing order; an
 upsert or delete leaves a hole, and :meth:`ItemTable.compacted` renumbers the
 live items ``0..n-1`` (the index then rebuilds its backend).
+
+:class:`ItemBatch` is the unit that travels between the store, the table and
+the snapshot: parallel columns of ids, vectors, labels and holding labels.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["ItemTable"]
+__all__ = ["ItemBatch", "ItemTable"]
+
+
+class ItemBatch(NamedTuple):
+    """Items as parallel columns (``vectors``: float64 ``(n, dim)``)."""
+
+    ids: list[str]
+    vectors: np.ndarray
+    labels: list[str | None]
+    holders: list[str | None]
+
+    def take(self, rows: Sequence[int]) -> ItemBatch:
+        """The batch of the rows ``rows`` (in that order)."""
+        rows = list(rows)
+        return ItemBatch(
+            [self.ids[j] for j in rows],
+            self.vectors[rows],
+            [self.labels[j] for j in rows],
+            [self.holders[j] for j in rows],
+        )
+
+
+def _link(index: dict[str, set[int]], key: str | None, slot: int) -> None:
+    if key is not None:
+        index.setdefault(key, set()).add(slot)
+
+
+def _unlink(index: dict[str, set[int]], key: str | None, slot: int) -> None:
+    if key is not None:
+        s = index[key]
+        s.discard(slot)
+        if not s:
+            del index[key]
 
 
 class ItemTable:
@@ -41,6 +77,16 @@ class ItemTable:
     def live_slots(self) -> np.ndarray:
         return np.nonzero(self.alive[: self.n_slots])[0].astype(np.int64)
 
+    def batch(self, slots: np.ndarray) -> ItemBatch:
+        """The items at ``slots`` (live slots) as a batch; the vectors are a copy."""
+        s = slots.tolist()
+        return ItemBatch(
+            [self.ids[j] for j in s],
+            self.vectors[slots],
+            [self.labels[j] for j in s],
+            [self.holders[j] for j in s],
+        )
+
     def _grow(self, need: int) -> None:
         cap = len(self.alive)
         if need <= cap:
@@ -53,20 +99,18 @@ class ItemTable:
         self.vectors, self.alive = v, a
 
     # -- mutations (the caller holds the index's write lock) ----------------------
+    def _place(self, slot: int, item_id: str, label: str | None, holder: str | None) -> None:
+        """Record the metadata of a new live item at ``slot`` (vector set by the caller)."""
+        self.ids[slot], self.labels[slot], self.holders[slot] = item_id, label, holder
+        self.slot_of[item_id] = slot
+        _link(self.by_label, label, slot)
+        _link(self.by_holder, holder, slot)
+
     def _kill(self, slot: int) -> None:
         self.alive[slot] = False
         self.n_alive -= 1
-        lab, hol = self.labels[slot], self.holders[slot]
-        if lab is not None:
-            s = self.by_label[lab]
-            s.discard(slot)
-            if not s:
-                del self.by_label[lab]
-        if hol is not None:
-            s = self.by_holder[hol]
-            s.discard(slot)
-            if not s:
-                del self.by_holder[hol]
+        _unlink(self.by_label, self.labels[slot], slot)
+        _unlink(self.by_holder, self.holders[slot], slot)
         self.ids[slot] = None
         self.labels[slot] = None
         self.holders[slot] = None
@@ -90,16 +134,11 @@ class ItemTable:
         self._grow(start + n)
         self.vectors[start : start + n] = vectors
         self.alive[start : start + n] = True
-        self.ids.extend(ids)
-        self.labels.extend(labels)
-        self.holders.extend(holders)
+        self.ids.extend([None] * n)
+        self.labels.extend([None] * n)
+        self.holders.extend([None] * n)
         for j, i in enumerate(ids):
-            slot = start + j
-            self.slot_of[i] = slot
-            if labels[j] is not None:
-                self.by_label.setdefault(labels[j], set()).add(slot)
-            if holders[j] is not None:
-                self.by_holder.setdefault(holders[j], set()).add(slot)
+            self._place(start + j, i, labels[j], holders[j])
         self.n_alive += n
         return np.arange(start, start + n, dtype=np.int64), np.asarray(replaced, dtype=np.int64)
 
@@ -116,41 +155,23 @@ class ItemTable:
         """Change the label and holding label of a live slot."""
         old = self.labels[slot]
         if old != label:
-            if old is not None:
-                s = self.by_label[old]
-                s.discard(slot)
-                if not s:
-                    del self.by_label[old]
+            _unlink(self.by_label, old, slot)
             self.labels[slot] = label
-            if label is not None:
-                self.by_label.setdefault(label, set()).add(slot)
+            _link(self.by_label, label, slot)
         if self.holders[slot] != holder:
             self.set_holders(np.array([slot]), [holder])
 
     def set_holders(self, slots: np.ndarray, holders: Sequence[str | None]) -> None:
         for slot, h in zip(slots.tolist(), holders, strict=True):
-            old = self.holders[slot]
-            if old is not None:
-                s = self.by_holder[old]
-                s.discard(slot)
-                if not s:
-                    del self.by_holder[old]
+            _unlink(self.by_holder, self.holders[slot], slot)
             self.holders[slot] = h
-            if h is not None:
-                self.by_holder.setdefault(h, set()).add(slot)
+            _link(self.by_holder, h, slot)
 
     @classmethod
-    def from_slots(
-        cls,
-        n_slots: int,
-        slots: np.ndarray,
-        ids: Sequence[str],
-        vectors: np.ndarray,
-        labels: Sequence[str | None],
-        holders: Sequence[str | None],
-    ) -> ItemTable:
+    def from_slots(cls, n_slots: int, slots: np.ndarray, items: ItemBatch) -> ItemTable:
         """A table with the given items at the given slots (the rest are holes)."""
         slots = np.asarray(slots, dtype=np.int64)
+        ids, vectors = items.ids, items.vectors
         if len(slots) and (slots.min() < 0 or slots.max() >= n_slots):
             raise ValueError("slot out of range")
         if len(np.unique(slots)) != len(slots):
@@ -167,15 +188,9 @@ class ItemTable:
         t.labels = [None] * n_slots
         t.holders = [None] * n_slots
         for j, slot in enumerate(slots.tolist()):
-            i, lab, hol = ids[j], labels[j], holders[j]
-            if not isinstance(i, str):
+            if not isinstance(ids[j], str):
                 raise ValueError("ids must be str")
-            t.ids[slot], t.labels[slot], t.holders[slot] = i, lab, hol
-            t.slot_of[i] = slot
-            if lab is not None:
-                t.by_label.setdefault(lab, set()).add(slot)
-            if hol is not None:
-                t.by_holder.setdefault(hol, set()).add(slot)
+            t._place(slot, ids[j], items.labels[j], items.holders[j])
         t.n_alive = len(slots)
         return t
 
@@ -184,12 +199,7 @@ class ItemTable:
         live = self.live_slots()
         t = ItemTable(self.dim, capacity=max(1024, int(len(live) * 1.25)))
         if len(live):
-            t.upsert(
-                [self.ids[s] for s in live],
-                self.vectors[live],
-                [self.labels[s] for s in live],
-                [self.holders[s] for s in live],
-            )
+            t.upsert(*self.batch(live))
         return t
 
     # -- filters -------------------------------------------------------------------
@@ -198,23 +208,22 @@ class ItemTable:
         return {s for s in (get(i) for i in ids) if s is not None}
 
     def slots_for_labels(self, labels: Iterable[str]) -> set[int]:
-        out: set[int] = set()
-        for lab in labels:
-            s = self.by_label.get(lab)
-            if s:
-                out |= s
-        return out
+        return _union(self.by_label, labels)
 
     def slots_for_holders(self, holders: Iterable[str]) -> set[int]:
-        out: set[int] = set()
-        for h in holders:
-            s = self.by_holder.get(h)
-            if s:
-                out |= s
-        return out
+        return _union(self.by_holder, holders)
 
     def count_for_holders(self, holders: Iterable[str]) -> int:
         return sum(len(self.by_holder.get(h, ())) for h in holders)
 
     def nbytes(self) -> int:
         return int(self.vectors.nbytes + self.alive.nbytes)
+
+
+def _union(index: dict[str, set[int]], keys: Iterable[str]) -> set[int]:
+    out: set[int] = set()
+    for key in keys:
+        s = index.get(key)
+        if s:
+            out |= s
+    return out

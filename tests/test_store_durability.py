@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from indexing import HyperbolicIndex, IndexInputError, IndexStoreError
-from indexing.store import MANIFEST_FILE, STORE_FILE
+from indexing.snapshot import MANIFEST_FILE
+from indexing.store import STORE_FILE
 
 from .test_index_common import brute_force, cloud, make_ids
 

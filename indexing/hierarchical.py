@@ -1,0 +1,81 @@
+"""Hierarchical (cone) search: k-NN level by level along a label chain.
+
+``chain = [l0, parent(l0), ..., root]``.  Level ``i`` holds the items whose
+holding label is a descendant-or-self of ``l_i`` and of no earlier chain label,
+so each item is in at most one level and a nearer level always ranks first.
+Results are ordered by (level, distance); a page ``[offset, offset + k)`` of
+that order skips whole levels by their counts and searches only the levels it
+reaches, each with a filtered k-NN of just the items it still needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+import numpy as np
+
+from .cones import HierarchicalHit
+from .errors import IndexInputError
+from .live import LiveIndex
+from .validation import check_str_set
+
+__all__ = ["chain_levels", "search_levels"]
+
+
+def chain_levels(
+    chain: Sequence[str], descendants_of: Callable[[str], Iterable[str]]
+) -> tuple[list[str], list[set[str]]]:
+    """``(chain, levels)``: the checked chain and, per chain label, the holding
+    labels of its level (:class:`IndexInputError` on bad input)."""
+    if isinstance(chain, str):
+        raise IndexInputError("chain: expected a sequence of labels, got a single str")
+    chain = list(chain)
+    if not chain:
+        raise IndexInputError("chain: empty")
+    for j, lab in enumerate(chain):
+        if not isinstance(lab, str):
+            raise IndexInputError(f"chain[{j}]: expected str, got {type(lab).__name__}")
+    if not callable(descendants_of):
+        raise IndexInputError("descendants_of: expected a callable label -> labels")
+    levels: list[set[str]] = []
+    seen: set[str] = set()
+    for lab in chain:
+        d = check_str_set(descendants_of(lab), f"descendants_of({lab!r})")
+        d.add(lab)
+        levels.append(d - seen)
+        seen |= d
+    return chain, levels
+
+
+def search_levels(
+    live: LiveIndex,
+    q: np.ndarray,
+    chain: list[str],
+    levels: list[set[str]],
+    k: int,
+    offset: int,
+    ef: int | None,
+) -> list[HierarchicalHit]:
+    """The hits ``[offset, offset + k)`` for the one query ``q`` (shape ``(1, dim)``)."""
+    t = live.table
+    out: list[HierarchicalHit] = []
+    pos = 0  # rank of the first item of the current level
+    for lvl, labs in enumerate(levels):
+        need = offset + k - pos
+        if need <= 0:
+            break
+        count = t.count_for_holders(labs)
+        if count == 0:
+            continue
+        if pos + count <= offset:
+            pos += count
+            continue
+        allowed = np.fromiter(sorted(t.slots_for_holders(labs)), dtype=np.int64, count=count)
+        take = min(count, need)
+        slots, dists = live.search(q, take, allowed, ef)
+        for j in range(take):
+            if pos + j >= offset:
+                hit = HierarchicalHit(t.ids[int(slots[0, j])], float(dists[0, j]), lvl, chain[lvl])
+                out.append(hit)
+        pos += count
+    return out[:k]
