@@ -11,32 +11,41 @@ starts to hurt.
 
 from __future__ import annotations
 
+from dataclasses import KW_ONLY, dataclass, field
+
 import numpy as np
 
 __all__ = ["HierarchicalCloud", "hierarchical_cloud"]
 
 
+@dataclass
 class HierarchicalCloud:
-    """A fixed random hierarchy of directions; ``sample`` draws points from it."""
+    """A fixed random hierarchy of directions; ``sample`` draws points from it.
 
-    def __init__(
-        self,
-        dim: int,
-        *,
-        curvature: float = 1.0,
-        seed: int = 0,
-        depth: int = 4,
-        branching: int = 6,
-        boundary_fraction: float = 0.05,
-    ) -> None:
-        if dim < 2:
+    ``depth`` levels of ``branching`` children per node; ``seed`` fixes the
+    hierarchy (``sample`` takes its own seed for the points)."""
+
+    dim: int
+    _: KW_ONLY
+    curvature: float = 1.0
+    seed: int = 0
+    depth: int = 4
+    branching: int = 6
+    boundary_fraction: float = 0.05
+    #: ``levels[l]``: the unit directions of the nodes of level ``l``, ``(n_l, dim)``
+    levels: list[np.ndarray] = field(init=False, repr=False)
+    #: ``parents[l]``: the index in ``levels[l - 1]`` of each node's parent (-1 at the top)
+    parents: list[np.ndarray] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.dim < 2:
             raise ValueError("dim must be >= 2")
-        self.dim = int(dim)
-        self.curvature = float(curvature)
-        self.depth = int(depth)
-        self.boundary_fraction = float(boundary_fraction)
-        rng = np.random.default_rng(seed)
-        # nodes[level] is an array (n_nodes_at_level, dim) of unit directions
+        self.dim = dim = int(self.dim)
+        self.curvature = float(self.curvature)
+        self.depth = depth = int(self.depth)
+        self.boundary_fraction = float(self.boundary_fraction)
+        branching = int(self.branching)
+        rng = np.random.default_rng(self.seed)
         levels = []
         parents = []
         cur = rng.standard_normal((branching, dim))

@@ -123,12 +123,7 @@ class ItemTable:
         holders: Sequence[str | None],
     ) -> tuple[np.ndarray, np.ndarray]:
         """Add items (ids unique within the call); returns ``(new_slots, replaced_slots)``."""
-        replaced = []
-        for i in ids:
-            old = self.slot_of.pop(i, None)
-            if old is not None:
-                self._kill(old)
-                replaced.append(old)
+        replaced = self.remove(ids)
         start = self.n_slots
         n = len(ids)
         self._grow(start + n)
@@ -140,9 +135,10 @@ class ItemTable:
         for j, i in enumerate(ids):
             self._place(start + j, i, labels[j], holders[j])
         self.n_alive += n
-        return np.arange(start, start + n, dtype=np.int64), np.asarray(replaced, dtype=np.int64)
+        return np.arange(start, start + n, dtype=np.int64), replaced
 
     def remove(self, ids: Iterable[str]) -> np.ndarray:
+        """Remove the items of ``ids`` that are live; returns their slots."""
         out = []
         for i in ids:
             slot = self.slot_of.pop(i, None)

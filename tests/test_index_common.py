@@ -5,11 +5,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from indexing import HyperbolicIndex
 from indexing.geometry import torch_threads
 from indexing.synthetic import hierarchical_cloud
 from models.geometry import poincare
 
-__all__ = ["cloud", "make_ids", "brute_force", "recall_at", "exact_dist"]
+__all__ = ["cloud", "make_ids", "brute_force", "recall_at", "exact_dist", "against_exact"]
 
 
 def cloud(n: int, n_queries: int = 0, *, dim: int = 16, seed: int = 0, curvature: float = 1.0):
@@ -42,3 +43,17 @@ def recall_at(found, truth) -> float:
     pairs = zip(found, truth, strict=True)
     hits = [len(set(map(str, a)) & set(map(str, b))) / len(b) for a, b in pairs]
     return float(np.mean(hits))
+
+
+def against_exact(backend: str, n: int, n_queries: int, *, seed: int, k: int = 10):
+    """``(x, q, truth, tdist, index)``: a seeded cloud of ``n`` points (dim 16)
+    and ``n_queries`` queries, the exact backend's top ``k`` (ids, distances) and
+    an index of ``backend`` with its default parameters holding the same items."""
+    x, q = cloud(n, n_queries, seed=seed)
+    ids = make_ids(len(x))
+    exact = HyperbolicIndex(16, backend="exact")
+    exact.add(x, ids)
+    truth, tdist = exact.search(q, k=k)
+    index = HyperbolicIndex(16, backend=backend)  # default parameters
+    index.add(x, ids)
+    return x, q, truth, tdist, index

@@ -10,19 +10,12 @@ import pytest
 
 from indexing import HyperbolicIndex, IndexInputError
 
-from .test_index_common import brute_force, cloud, exact_dist, make_ids, recall_at
+from .test_index_common import against_exact, brute_force, cloud, exact_dist, make_ids, recall_at
 
 
 @pytest.fixture(scope="module")
 def big():
-    x, q = cloud(20_000, 200, seed=31)
-    ids = make_ids(len(x))
-    exact = HyperbolicIndex(16, backend="exact")
-    exact.add(x, ids)
-    truth, tdist = exact.search(q, k=10)
-    graph = HyperbolicIndex(16, backend="graph")  # default parameters
-    graph.add(x, ids)
-    return x, q, truth, tdist, graph
+    return against_exact("graph", 20_000, 200, seed=31)
 
 
 def test_recall_and_exact_distances(big):

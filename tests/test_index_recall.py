@@ -7,19 +7,12 @@ import pytest
 
 from indexing import HyperbolicIndex
 
-from .test_index_common import brute_force, cloud, make_ids, recall_at
+from .test_index_common import against_exact, brute_force, cloud, make_ids, recall_at
 
 
 @pytest.fixture(scope="module")
 def big():
-    x, q = cloud(20_000, 200, seed=21)
-    ids = make_ids(len(x))
-    exact = HyperbolicIndex(16, backend="exact")
-    exact.add(x, ids)
-    truth, tdist = exact.search(q, k=10)
-    hnsw = HyperbolicIndex(16, backend="hnsw")  # default parameters
-    hnsw.add(x, ids)
-    return x, q, truth, tdist, hnsw
+    return against_exact("hnsw", 20_000, 200, seed=21)
 
 
 def test_truth_is_brute_force(big):
