@@ -1,4 +1,4 @@
-# hypsearch: `make run` serves the demo, `make test` runs the whole suite.
+# hypsearch: `make run` serves the demo, `make test` runs ruff and the whole suite.
 # Both do all set-up first: Debian data packages, a .venv, the project.
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -10,13 +10,17 @@ export HYPSEARCH_HOME
 FMNIST_DIR := /usr/share/datasets/fashion-mnist
 WORDNET_DIR := /usr/share/wordnet
 
-.PHONY: run test setup data browser venv bench clean
+.PHONY: run test lint setup data browser venv bench clean
 
 run: setup
 	$(BIN)/hypsearch demo
 
-test: setup browser
+test: lint browser
 	$(BIN)/python -m pytest -q
+
+# ruff with the rules of pyproject.toml (installed by the test extra)
+lint: setup
+	$(BIN)/ruff check .
 
 setup: data $(VENV)/.installed
 

@@ -52,11 +52,10 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import numpy as np
+from _common import ROOT, report
 
-ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
@@ -116,7 +115,12 @@ def make_data(name: str, n_queries: int, seed: int, nouns_epochs: int):
         rng = np.random.default_rng(seed)
         pick = rng.choice(len(x), size=n_queries, replace=False)
         q = _jitter(x[pick], rng)
-        return x, q, f"poincare:{x.shape[1]}", f"WordNet noun embeddings, {len(x):,} x {x.shape[1]}-d"
+        return (
+            x,
+            q,
+            f"poincare:{x.shape[1]}",
+            f"WordNet noun embeddings, {len(x):,} x {x.shape[1]}-d",
+        )
     raise SystemExit(f"--datasets: unknown dataset {name!r}")
 
 
@@ -182,7 +186,9 @@ def brute_force_differs(x, q, truth, spec, n_check) -> int:
 def recall(found: np.ndarray, truth: np.ndarray) -> float:
     k = truth.shape[1]
     return float(
-        np.mean([len(set(a.tolist()) & set(b.tolist())) / k for a, b in zip(found, truth, strict=True)])
+        np.mean(
+            [len(set(a.tolist()) & set(b.tolist())) / k for a, b in zip(found, truth, strict=True)]
+        )
     )
 
 
@@ -269,7 +275,10 @@ class Usearch(Approach):
         x32, w = PoincareSpace(d, 1.0).proxy_prepare(self.x)
         self.aug = np.hstack([x32, w[:, None]]).astype(np.float32)
         self.ix = Index(
-            ndim=d + 1, metric=_usearch_metric(d), dtype="f32", connectivity=32,
+            ndim=d + 1,
+            metric=_usearch_metric(d),
+            dtype="f32",
+            connectivity=32,
             expansion_add=128,
         )
         self.ix.add(np.arange(len(self.x)), self.aug, threads=2)
@@ -312,8 +321,11 @@ class Pynndescent(Approach):
         import pynndescent
 
         self.ix = pynndescent.NNDescent(
-            self.x.astype(np.float32), metric=_poincare_numba(), n_neighbors=30,
-            random_state=0, n_jobs=2,
+            self.x.astype(np.float32),
+            metric=_poincare_numba(),
+            n_neighbors=30,
+            random_state=0,
+            n_jobs=2,
         )
         self.ix.prepare()
         return 0
@@ -377,7 +389,10 @@ def run_dataset(args, name, tmp):
     t0 = time.perf_counter()
     truth = exact_truth(x, q, spec, args.k)
     bad = brute_force_differs(x, q, truth, spec, args.check)
-    say(f"{desc}: truth in {time.perf_counter() - t0:.1f} s; {bad} of {args.check} differ from brute force")
+    say(
+        f"{desc}: truth in {time.perf_counter() - t0:.1f} s; "
+        f"{bad} of {args.check} differ from brute force"
+    )
     path = os.path.join(tmp, "data.npz")
     np.savez(path, x=x, q=q, truth=truth, spec=spec)
     approaches = [a for a in args.approaches.split(",") if a]
@@ -386,8 +401,18 @@ def run_dataset(args, name, tmp):
     out = []
     for app in approaches:
         cmd = [
-            sys.executable, os.path.abspath(__file__), "--worker", app, "--data", path,
-            "--threads", args.threads, "--batch", str(args.batch), "--k", str(args.k),
+            sys.executable,
+            os.path.abspath(__file__),
+            "--worker",
+            app,
+            "--data",
+            path,
+            "--threads",
+            args.threads,
+            "--batch",
+            str(args.batch),
+            "--k",
+            str(args.k),
         ]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
         build, rows = None, []
@@ -444,7 +469,7 @@ def tables(results, args, load0):
         "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     verdicts = []
-    for desc, n, out in results:
+    for desc, _n, out in results:
         peers = []
         ours = None
         for app, build, rows in out:
@@ -495,8 +520,8 @@ def tables(results, args, load0):
         + " |",
         "| --- | --- | --- | ---: |" + " ---: |" * len(threads),
     ]
-    for desc, n, out in results:
-        for app, build, rows in out:
+    for desc, _n, out in results:
+        for app, _build, rows in out:
             for setting, rcl, qps in rows:
                 st = "full scan" if app == "exact" else f"{SETTING_NAME[app]} {setting}"
                 lines.append(
@@ -534,17 +559,8 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for name in [d for d in args.datasets.split(",") if d]:
             results.append(run_dataset(args, name, tmp))
-    text = tables(results, args, load0)
-    print(text)
-    if args.write_readme:
-        readme = Path(args.readme)
-        body = readme.read_text()
-        block = f"{START}\n{text}\n{END}"
-        if START in body and END in body and body.index(START) < body.index(END):
-            body = body[: body.index(START)] + block + body[body.index(END) + len(END) :]
-        else:
-            body = body.rstrip("\n") + "\n\n" + block + "\n"
-        readme.write_text(body)
+    readme = report(tables(results, args, load0), START, END, args.write_readme, args.readme)
+    if readme is not None:
         say(f"tables written to {readme}")
     return 0
 

@@ -20,16 +20,15 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
-import re
 import sys
 import time
 from pathlib import Path
 
 import torch
+from _common import ROOT, cpu_model, report
 
-ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+START, END = "<!-- labels-bench:start -->", "<!-- labels-bench:end -->"
 
 from models.labels import (  # noqa: E402
     LabelEmbedding,
@@ -43,15 +42,7 @@ from models.taxonomy import Taxonomy  # noqa: E402
 
 
 def machine() -> str:
-    cpu = platform.processor() or ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{os.cpu_count()} cores, {cpu}, torch {torch.__version__}"
+    return f"{os.cpu_count()} cores, {cpu_model()}, torch {torch.__version__}"
 
 
 def run_ours(name: str, tax: Taxonomy, cone_sample: int | None, out_dir: Path, reuse: bool) -> dict:
@@ -120,7 +111,8 @@ def table(rows: list[dict], when: str) -> str:
         f"Measured {when} on {machine()}, {'/'.join(threads)} torch thread(s) "
         "(`python benchmarks/labels.py`).",
         "",
-        "| setting | train minutes | mean rank | MAP | cone F1 (strict, K=0.1) | cone F1 (tuned threshold) |",
+        "| setting | train minutes | mean rank | MAP | cone F1 (strict, K=0.1) "
+        "| cone F1 (tuned threshold) |",
         "| --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
@@ -132,31 +124,24 @@ def table(rows: list[dict], when: str) -> str:
     return "\n".join(lines)
 
 
-def write_readme(text: str) -> None:
-    readme = ROOT / "README.md"
-    body = readme.read_text() if readme.exists() else ""
-    start, end = "<!-- labels-bench:start -->", "<!-- labels-bench:end -->"
-    block = f"{start}\n{text}\n{end}"
-    if start in body and end in body:
-        body = re.sub(re.escape(start) + r".*?" + re.escape(end), lambda _: block, body, flags=re.S)
-    else:
-        body = body.rstrip() + "\n\n" + block + "\n"
-    readme.write_text(body)
-
-
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--only", choices=["mammals", "nouns"], help="one closure only")
     p.add_argument("--gensim-epochs", type=int, default=50)
     p.add_argument("--no-gensim", action="store_true")
-    p.add_argument("--cone-sample", type=int, default=5000, help="apexes sampled for the noun cone F1")
+    p.add_argument(
+        "--cone-sample", type=int, default=5000, help="apexes sampled for the noun cone F1"
+    )
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     p.add_argument("--out-dir", default=str(ROOT / "var" / "bench"))
     p.add_argument("--write-readme", action="store_true")
     p.add_argument(
         "--reuse",
         action="store_true",
-        help="evaluate the checkpoints an earlier run left in --out-dir (its training time) instead of training",
+        help="evaluate the checkpoints an earlier run left in --out-dir (its training time) "
+        "instead of training",
     )
     p.add_argument(
         "--table-from",
@@ -175,10 +160,7 @@ def main() -> None:
                     row = json.loads(line)
                     row.setdefault("threads", args.threads or "?")
                     rows.append(row)
-        text = table(rows, args.when or dt.date.today().isoformat())
-        print(text)
-        if args.write_readme:
-            write_readme(text)
+        report(table(rows, args.when or dt.date.today().isoformat()), START, END, args.write_readme)
         return
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -199,10 +181,7 @@ def main() -> None:
         nouns = Taxonomy.from_wordnet()
         rows.append(run_ours("noun closure", nouns, args.cone_sample, out_dir, args.reuse))
         print(json.dumps(rows[-1]), flush=True)
-    text = table(rows, when)
-    print(text)
-    if args.write_readme:
-        write_readme(text)
+    report(table(rows, when), START, END, args.write_readme)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ import argparse
 import asyncio
 import datetime as dt
 import os
-import platform
 import random
 import subprocess
 import sys
@@ -34,8 +33,8 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import numpy as np
+from _common import ROOT, cpu_model, report
 
-ROOT = Path(__file__).resolve().parents[1]
 START, END = "<!-- load-bench:start -->", "<!-- load-bench:end -->"
 TARGETS = {("vector", 32): 15.0, ("image", 32): 50.0}  # p99 ms
 LABELS = [
@@ -58,16 +57,6 @@ LABELS = [
     "gym_shoe.n.01",
     "bag.n.04",
 ]
-
-
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def _free_port() -> int:
@@ -318,19 +307,6 @@ def table(rows: list[dict], meta: dict) -> str:
     return "\n".join(out)
 
 
-def write_readme(text: str) -> None:
-    path = ROOT / "README.md"
-    readme = path.read_text(encoding="utf-8")
-    block = f"{START}\n{text}\n{END}"
-    if START in readme and END in readme:
-        a = readme.index(START)
-        b = readme.index(END) + len(END)
-        readme = readme[:a] + block + readme[b:]
-    else:
-        readme = readme.rstrip("\n") + "\n\n" + block + "\n"
-    path.write_text(readme, encoding="utf-8")
-
-
 def main() -> int:
     home = Path(os.environ.get("HYPSEARCH_HOME", ROOT / "var"))
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -391,7 +367,7 @@ def main() -> int:
     shown = " ".join(a for a in sys.argv[1:] if a != "--write-readme")
     meta = {
         "date": dt.date.today().isoformat(),
-        "cpu": _cpu(),
+        "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "items": stats["items"],
         "dim": stats["dim"],
@@ -399,10 +375,7 @@ def main() -> int:
         "args": f" {shown}" if shown else "",
         "load": (load_before, os.getloadavg()[0]),
     }
-    text = table(rows, meta)
-    print(text)
-    if args.write_readme:
-        write_readme(text)
+    report(table(rows, meta), START, END, args.write_readme)
     return 0
 
 

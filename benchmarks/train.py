@@ -23,25 +23,15 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from _common import ROOT, cpu_model, report
+
 HOLDOUT = "sandal.n.01,shirt.n.01"
 START, END = "<!-- train-bench:start -->", "<!-- train-bench:end -->"
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def _hypsearch() -> list[str]:
@@ -56,6 +46,12 @@ def _run(cmd: list[str], env: dict) -> tuple[dict, float]:
     if p.returncode != 0:
         raise SystemExit(f"command failed ({p.returncode}): {' '.join(cmd)}")
     return json.loads(p.stdout), wall
+
+
+def _train_cmd(labels: Path, out: Path, threads: int, *extra: str) -> list[str]:
+    """``hypsearch train`` on Fashion-MNIST from scratch (``--restart``), answering JSON."""
+    cmd = [*_hypsearch(), "train", "--dataset", "fashion-mnist", "--labels", str(labels)]
+    return cmd + ["--out", str(out), "--threads", str(threads), "--restart", "--json", *extra]
 
 
 def _labels(path: Path, env: dict) -> Path:
@@ -82,6 +78,36 @@ def _labels(path: Path, env: dict) -> Path:
     return path
 
 
+#: the rows of the main table: metric, its key in `hypsearch eval --json` (dots go down), target
+ROWS = [
+    ("Recall@1", "recall@1", "≥ 0.92"),
+    ("Recall@5", "recall@5", ""),
+    ("Recall@10", "recall@10", ""),
+    ("mAP@R", "map@r", "≥ 0.85"),
+    ("hop mAP@50, 0 hops (class)", "hop_map@50.0", "≥ twin"),
+    ("hop mAP@50, 2 hops (siblings)", "hop_map@50.2", "≥ 0.95, ≥ twin"),
+    ("hop mAP@50, 4 hops (cousins)", "hop_map@50.4", "≥ twin"),
+    ("hierarchical Hit@1 (all nodes)", "hier_hit@1", "≥ twin"),
+    ("hierarchical Hit@5 (all nodes)", "hier_hit@5", "≥ twin"),
+    ("nearest-label accuracy (all nodes)", "nearest_label_acc", "≥ twin"),
+    ("back-off prediction: hierarchical Hit@1", "backoff.hier_hit@1", "≥ twin"),
+    ("back-off prediction: exact class", "backoff.acc", "≥ twin"),
+    ("back-off prediction: share backed off", "backoff.backed_off", ""),
+    ("OOD AUROC, distance to origin", "ood.auroc_radius", "reported"),
+    ("OOD AUROC, distance to head base point", "ood.auroc_base", "reported"),
+    ("OOD AUROC, max softmax prob.", "ood.auroc_msp", "reported"),
+    ("δ_rel of encoder features", "features_delta.delta_rel", "reported"),
+    ("curvature suggested by δ_rel", "features_delta.suggested_curvature", "reported"),
+]
+
+
+def _at(ev: dict, key: str):
+    """``ev["a"]["b"]`` for the key ``"a.b"``; None where a part is missing."""
+    for part in key.split("."):
+        ev = ev.get(part) if isinstance(ev, dict) else None
+    return ev
+
+
 def _f(v, digits=3) -> str:
     return "–" if v is None else f"{v:.{digits}f}"
 
@@ -89,81 +115,14 @@ def _f(v, digits=3) -> str:
 def table(res: dict) -> str:
     h, e, z = res["hyperbolic"]["eval"], res["euclidean"]["eval"], res["zero_shot"]["eval"]
     ht, et, zt = res["hyperbolic"]["train"], res["euclidean"]["train"], res["zero_shot"]["train"]
-    rows = [
-        ("Recall@1", h["recall@1"], e["recall@1"], "≥ 0.92"),
-        ("Recall@5", h["recall@5"], e["recall@5"], ""),
-        ("Recall@10", h["recall@10"], e["recall@10"], ""),
-        ("mAP@R", h["map@r"], e["map@r"], "≥ 0.85"),
-        ("hop mAP@50, 0 hops (class)", h["hop_map@50"]["0"], e["hop_map@50"]["0"], "≥ twin"),
-        (
-            "hop mAP@50, 2 hops (siblings)",
-            h["hop_map@50"]["2"],
-            e["hop_map@50"]["2"],
-            "≥ 0.95, ≥ twin",
-        ),
-        ("hop mAP@50, 4 hops (cousins)", h["hop_map@50"]["4"], e["hop_map@50"]["4"], "≥ twin"),
-        ("hierarchical Hit@1 (all nodes)", h["hier_hit@1"], e["hier_hit@1"], "≥ twin"),
-        ("hierarchical Hit@5 (all nodes)", h["hier_hit@5"], e["hier_hit@5"], "≥ twin"),
-        (
-            "nearest-label accuracy (all nodes)",
-            h["nearest_label_acc"],
-            e["nearest_label_acc"],
-            "≥ twin",
-        ),
-        (
-            "back-off prediction: hierarchical Hit@1",
-            h["backoff"]["hier_hit@1"],
-            e["backoff"]["hier_hit@1"],
-            "≥ twin",
-        ),
-        (
-            "back-off prediction: exact class",
-            h["backoff"]["acc"],
-            e["backoff"]["acc"],
-            "≥ twin",
-        ),
-        (
-            "back-off prediction: share backed off",
-            h["backoff"]["backed_off"],
-            e["backoff"]["backed_off"],
-            "",
-        ),
-        (
-            "OOD AUROC, distance to origin",
-            h["ood"].get("auroc_radius"),
-            e["ood"].get("auroc_radius"),
-            "reported",
-        ),
-        (
-            "OOD AUROC, distance to head base point",
-            h["ood"].get("auroc_base"),
-            e["ood"].get("auroc_base"),
-            "reported",
-        ),
-        (
-            "OOD AUROC, max softmax prob.",
-            h["ood"].get("auroc_msp"),
-            e["ood"].get("auroc_msp"),
-            "reported",
-        ),
-        (
-            "δ_rel of encoder features",
-            h["features_delta"]["delta_rel"],
-            e["features_delta"]["delta_rel"],
-            "reported",
-        ),
-        (
-            "curvature suggested by δ_rel",
-            h["features_delta"]["suggested_curvature"],
-            e["features_delta"]["suggested_curvature"],
-            "reported",
-        ),
+    rows = [(name, _at(h, key), _at(e, key), target) for name, key, target in ROWS]
+    rows += [
         ("training time (s)", ht["wall_seconds"], et["wall_seconds"], "≤ 600"),
         ("epochs", ht["epochs"], et["epochs"], ""),
     ]
     when = dt.datetime.now().strftime("%Y-%m-%d")
     head = (
-        f"#### Image training benchmark ({when}; {os.cpu_count()} CPUs, {_cpu_model()}, "
+        f"#### Image training benchmark ({when}; {os.cpu_count()} CPUs, {cpu_model()}, "
         f"torch threads {res['threads']}"
         f"{', ' + str(res['jobs']) + ' runs at a time' if res.get('jobs', 1) > 1 else ''})\n\n"
         f"`hypsearch train --dataset fashion-mnist --labels LABELS --out MODEL` (defaults, Conv-4, "
@@ -228,19 +187,6 @@ def zt_threshold(ev: dict) -> str:
     return f"{ev['backoff']['threshold']:g}"
 
 
-def write_readme(text: str) -> None:
-    readme = ROOT / "README.md"
-    old = readme.read_text(encoding="utf-8") if readme.exists() else ""
-    block = f"{START}\n{text}{END}"
-    if START in old and END in old:
-        a, rest = old.split(START, 1)
-        _, b = rest.split(END, 1)
-        new = a + block + b
-    else:
-        new = old.rstrip("\n") + "\n\n" + block + "\n"
-    readme.write_text(new, encoding="utf-8")
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     home = Path(os.environ.get("HYPSEARCH_HOME", ROOT / "var"))
@@ -280,25 +226,7 @@ def main(argv=None) -> int:
         info_path = args.out_dir / f"{name}.train.json"
         if args.reuse and model.exists() and info_path.exists():
             return json.loads(info_path.read_text())
-        info, wall = _run(
-            [
-                *_hypsearch(),
-                "train",
-                "--dataset",
-                "fashion-mnist",
-                "--labels",
-                str(labels),
-                "--out",
-                str(model),
-                "--threads",
-                str(args.threads),
-                "--restart",
-                "--json",
-                *quiet,
-                *runs[name],
-            ],
-            env,
-        )
+        info, wall = _run(_train_cmd(labels, model, args.threads, *quiet, *runs[name]), env)
         info["wall_seconds"] = wall
         info_path.write_text(json.dumps(info, indent=1))
         return info
@@ -334,36 +262,12 @@ def main(argv=None) -> int:
     if args.speed:
         res["speed"] = {}
         for threads in (1, 2):
-            info, wall = _run(
-                [
-                    *_hypsearch(),
-                    "train",
-                    "--dataset",
-                    "fashion-mnist",
-                    "--labels",
-                    str(labels),
-                    "--out",
-                    str(args.out_dir / f"speed{threads}.safetensors"),
-                    "--epochs",
-                    "1",
-                    "--limit",
-                    "12800",
-                    "--time-budget",
-                    "0",
-                    "--threads",
-                    str(threads),
-                    "--restart",
-                    "--json",
-                    "--quiet",
-                ],
-                env,
-            )
+            out = args.out_dir / f"speed{threads}.safetensors"
+            limit = ["--epochs", "1", "--limit", "12800", "--time-budget", "0", "--quiet"]
+            info, _ = _run(_train_cmd(labels, out, threads, *limit), env)
             res["speed"][threads] = info["train_seconds"]
     res["loadavg"] = os.getloadavg()
-    text = table(res)
-    print(text)
-    if args.write_readme:
-        write_readme(text)
+    report(table(res), START, END, args.write_readme)
     return 0
 
 

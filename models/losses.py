@@ -22,16 +22,33 @@ and on a labelled batch:
   d/\sigma` (an affine map of :math:`-d`), with the paper's optima
   :math:`O_p = 1 + m`, :math:`O_n = -m` and margins :math:`\Delta_p = 1 - m`,
   :math:`\Delta_n = m`.
+
+:data:`LOSSES` names them for training: each :class:`Objective` says what it
+needs (prototypes, two views, labels) and builds its criterion from the
+training config.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from .heads import Space
 
-__all__ = ["LOSSES", "circle_loss", "margin_rank", "nt_xent", "pairwise_ce", "prototype_ce"]
+__all__ = [
+    "LOSSES",
+    "Objective",
+    "Prototypes",
+    "circle_loss",
+    "margin_rank",
+    "nt_xent",
+    "pairwise_ce",
+    "prototype_ce",
+]
 
 
 def prototype_ce(
@@ -131,11 +148,86 @@ def circle_loss(
     return loss.mean()
 
 
-#: objective name -> (needs prototypes, needs two views, needs labels)
-LOSSES = {
-    "prototype": (True, False, True),
-    "margin": (True, False, True),
-    "pairwise": (False, True, False),
-    "circle": (False, False, True),
-    "ntxent": (False, True, False),
+# ---------------------------------------------------------------- the objectives of training
+
+
+@dataclass
+class Prototypes:
+    """What a labelled objective compares the images with (built by :mod:`models.train`).
+
+    ``classes`` (K, D): the trained classes' prototypes (targets of the margin
+    loss and of validation). ``points`` (M, D) with ``target`` (K,): the
+    candidates of the prototype loss and each class's position among them
+    (the classes themselves, or every taxonomy node outside the held-out
+    subtrees); ``exclude`` (K, M): per class, the candidates that are neither
+    target nor negative (its ancestors), or None.
+    """
+
+    classes: torch.Tensor
+    points: torch.Tensor
+    target: torch.Tensor
+    exclude: torch.Tensor | None = None
+
+
+#: a criterion: (z (n, D) or two views stacked (2n, D), y (n,)) -> scalar loss
+Criterion = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def _prototype(cfg, space: Space, protos: Prototypes) -> Criterion:
+    def criterion(z, y):
+        exclude = None if protos.exclude is None else protos.exclude[y]
+        return prototype_ce(
+            z, protos.points, protos.target[y], space, cfg.tau, cfg.pull, exclude=exclude
+        )
+
+    return criterion
+
+
+def _margin(cfg, space: Space, protos: Prototypes) -> Criterion:
+    return lambda z, y: margin_rank(z, protos.classes, y, space, cfg.margin)
+
+
+def _circle(cfg, space: Space, protos: None) -> Criterion:
+    return lambda z, y: circle_loss(z, y, space)
+
+
+def _pairwise(cfg, space: Space, protos: None) -> Criterion:
+    def criterion(z, y):
+        z1, z2 = z.chunk(2)
+        return pairwise_ce(z1, z2, space, cfg.tau, y if (y >= 0).all() else None)
+
+    return criterion
+
+
+def _ntxent(cfg, space: Space, protos: None) -> Criterion:
+    def criterion(z, y):
+        z1, z2 = z.chunk(2)
+        return nt_xent(z1, z2, space, cfg.tau)
+
+    return criterion
+
+
+@dataclass(frozen=True)
+class Objective:
+    """A training objective: what it needs, and ``build(cfg, space, protos)`` -> its criterion.
+
+    ``cfg`` is the :class:`~models.train_config.TrainConfig` (``tau``,
+    ``pull``, ``margin``); ``protos`` a :class:`Prototypes` when
+    ``needs_protos``, else None. With ``two_views`` the criterion gets two
+    augmented views of the batch stacked along the first axis.
+    """
+
+    build: Callable[[Any, Space, Prototypes | None], Criterion]
+    needs_protos: bool
+    two_views: bool
+    needs_labels: bool
+
+
+#: objective name -> how to train with it (the one place a loss is chosen)
+LOSSES: dict[str, Objective] = {
+    "prototype": Objective(_prototype, needs_protos=True, two_views=False, needs_labels=True),
+    "margin": Objective(_margin, needs_protos=True, two_views=False, needs_labels=True),
+    "pairwise": Objective(_pairwise, needs_protos=False, two_views=True, needs_labels=False),
+    "circle": Objective(_circle, needs_protos=False, two_views=False, needs_labels=True),
+    "ntxent": Objective(_ntxent, needs_protos=False, two_views=True, needs_labels=False),
 }

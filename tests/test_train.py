@@ -138,8 +138,39 @@ def test_one_epoch_lowers_loss_and_checkpoint_reloads_identically(labels, tmp_pa
     assert more.metrics["history"][:2] == hist
 
 
+@needs_fmnist
+def test_interrupted_run_resumes_bit_for_bit(labels, tmp_path):
+    """A run stopped after its first epoch and resumed ends with the uninterrupted run's weights."""
+    torch.set_num_threads(1)
+    from models.data import ImageSet
+
+    real = load_fashion_mnist("train", FMNIST)
+    data = ImageSet(real.images[:800], real.targets[:800], real.classes, real.ids[:800])
+    cfg = dict(limit=None, epochs=2, widths=[4, 8, 8, 8], warmup_iters=3, time_budget=None)
+    whole = train(tiny_config(**cfg), labels, progress=False, data=data)
+    partial = tmp_path / "run.partial"
+    first = train(
+        tiny_config(**cfg),
+        labels,
+        progress=False,
+        data=data,
+        checkpoint_path=partial,
+        max_seconds=0,
+    )
+    assert len(first.metrics["history"]) == 1
+    resumed = train(tiny_config(**cfg), labels, progress=False, data=data, checkpoint_path=partial)
+    for a, b in ((whole.encoder, resumed.encoder), (whole.head, resumed.head)):
+        sa, sb = a.state_dict(), b.state_dict()
+        assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+    strip = lambda h: [{k: v for k, v in e.items() if k != "seconds"} for e in h]  # noqa: E731
+    assert strip(resumed.metrics["history"]) == strip(whole.metrics["history"])
+    assert resumed.metrics["first_loss"] is None
+
+
 def test_truncated_and_foreign_checkpoints(labels, tmp_path):
     torch.set_num_threads(1)
+    from safetensors.torch import save_file
+
     from models.data import Preprocess
     from models.encoders import EncoderConfig
     from models.heads import HeadConfig
@@ -154,32 +185,25 @@ def test_truncated_and_foreign_checkpoints(labels, tmp_path):
     path = tmp_path / "m.safetensors"
     model.save(path)
     data = path.read_bytes()
-    cut = tmp_path / "cut.safetensors"
-    cut.write_bytes(data[: len(data) // 2])
-    with pytest.raises(CheckpointError, match="cut.safetensors.*truncated"):
-        ImageModel.load(cut)
-    foreign = tmp_path / "foreign.safetensors"
-    from safetensors.torch import save_file
-
-    save_file({"w": torch.zeros(3)}, foreign)
-    with pytest.raises(CheckpointError, match="foreign.safetensors.*not a hypsearch checkpoint"):
-        ImageModel.load(foreign)
-    with pytest.raises(CheckpointError, match="expected a 'model' checkpoint"):
-        lp = tmp_path / "labels.safetensors"
-        labels.save(lp)
-        ImageModel.load(lp)
     # a checkpoint whose weights do not match its config
     tensors, meta, _ = load_checkpoint(path, kind="model")
     meta["encoder"]["widths"] = [4, 4, 8, 16]
     save_checkpoint(tmp_path / "mismatch.safetensors", "model", tensors, meta)
-    with pytest.raises(CheckpointError, match="mismatch.safetensors: encoder weights do not match"):
-        ImageModel.load(tmp_path / "mismatch.safetensors")
-    # flipping a byte of the tensors breaks the checksum
+    save_file({"w": torch.zeros(3)}, tmp_path / "foreign.safetensors")
+    labels.save(tmp_path / "labels.safetensors")
     flipped = bytearray(data)
-    flipped[-3] ^= 0xFF
+    flipped[-3] ^= 0xFF  # flipping a byte of the tensors breaks the checksum
     (tmp_path / "flip.safetensors").write_bytes(bytes(flipped))
-    with pytest.raises(CheckpointError, match="checksum"):
-        ImageModel.load(tmp_path / "flip.safetensors")
+    (tmp_path / "cut.safetensors").write_bytes(data[: len(data) // 2])
+    for name, match in [
+        ("cut", "cut.safetensors.*truncated"),
+        ("foreign", "foreign.safetensors.*not a hypsearch checkpoint"),
+        ("labels", "expected a 'model' checkpoint"),
+        ("mismatch", "mismatch.safetensors: encoder weights do not match"),
+        ("flip", "checksum"),
+    ]:
+        with pytest.raises(CheckpointError, match=match):
+            ImageModel.load(tmp_path / f"{name}.safetensors")
 
 
 @needs_fmnist

@@ -1,0 +1,94 @@
+"""The options of image training (:class:`TrainConfig`) and the error of a request that fails."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from . import losses
+from .data import DEFAULT_FASHION_MNIST_DIR
+
+__all__ = ["TrainConfig", "TrainError"]
+
+
+class TrainError(ValueError):
+    """A training request that cannot work (unknown class, wrong dimension, …); one line."""
+
+
+@dataclass
+class TrainConfig:
+    """Every option of image training; the defaults are the benchmarked configuration."""
+
+    # data
+    dataset: str | None = "fashion-mnist"  # or None with `images`
+    data_dir: str = DEFAULT_FASHION_MNIST_DIR
+    images: str | None = None  # a folder DIR/<class>/<images> or a CSV manifest id,path[,label]
+    class_map: dict[str, str] | None = None  # class name -> taxonomy node (user images)
+    holdout: list[str] = field(default_factory=list)  # taxonomy nodes kept out of training
+    limit: int | None = None  # use only this many training images (stratified; quick runs, tests)
+    val_fraction: float = 0.05  # stratified validation split of the training images
+    input_size: int | None = None  # None: the images' own size (Fashion-MNIST 28), 64 for user's
+    # model
+    encoder: str = "conv4"
+    widths: list[int] = field(default_factory=lambda: [32, 64, 128, 128])
+    depth: int = 1  # conv4: 3x3 convolutions per block
+    pool_first: bool = True  # conv4: conv -> pool -> BN -> ReLU (False: the original order)
+    dropout: float = 0.0  # on the encoder's pooled features
+    backbone: str | None = None  # a user's pretrained backbone state dict (local file)
+    geometry: str = "poincare"  # "euclidean": the Euclidean twin
+    dim: int | None = None  # None: the label embedding's dimension
+    clip_r: float | None = None  # None: reach the farthest class prototype (radius / 2 + 0.5)
+    mobius: bool = False
+    centre: bool = True  # head around the Einstein midpoint of the class prototypes (else 0)
+    learn_base: bool = False  # train that base point too (Riemannian Adam on the ball)
+    # objective
+    loss: str = "prototype"  # a name of losses.LOSSES: prototype, margin, pairwise, circle, ntxent
+    negatives: str = "taxonomy"  # prototype losses: "classes" (the trained classes) or "taxonomy"
+    # (every taxonomy node except the class's ancestors and the held-out subtrees)
+    tau: float = 1.0  # temperature of prototype / pairwise / ntxent logits -d/tau
+    pull: float = 0.3  # prototype loss: weight of the mean distance to the class prototype
+    margin: float = 1.0  # margin rank loss
+    aux: float = 1.0  # weight of an auxiliary softmax classifier on the encoder's features
+    # (labelled losses; the classifier is dropped after training)
+    augment: str = "none"  # none, shift, light, strong (two-view objectives use strong)
+    flip: bool = True
+    # optimisation
+    epochs: int = 12
+    batch_size: int = 256
+    lr: float = 4e-3
+    min_lr: float = 4e-5
+    warmup_iters: int = 100
+    weight_decay: float = 5e-4
+    grad_clip: float = 5.0
+    amp: bool = True  # bfloat16 autocast of the encoder where the CPU supports it
+    threads: int | None = 1  # torch threads while training (None: leave torch's setting);
+    # on a shared 2-core machine one thread was much faster than two (README)
+    time_budget: float | None = 570.0  # seconds; after epoch 1, fewer epochs if they would not fit
+    seed: int = 0
+
+    @property
+    def objective(self) -> losses.Objective:
+        return losses.LOSSES[self.loss]
+
+    def key(self) -> dict:
+        """What a resumed run must share with the run that wrote the checkpoint (all but epochs)."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if k != "epochs"}
+
+    def validate(self) -> None:
+        if self.loss not in losses.LOSSES:
+            raise TrainError(f"unknown loss {self.loss!r} (one of {', '.join(losses.LOSSES)})")
+        if self.geometry not in ("poincare", "euclidean"):
+            raise TrainError(f"unknown geometry {self.geometry!r} (poincare or euclidean)")
+        if self.augment not in ("none", "shift", "light", "strong"):
+            raise TrainError(
+                f"unknown augmentation {self.augment!r} (none, shift, light or strong)"
+            )
+        if self.epochs < 0 or self.batch_size < 2:
+            raise TrainError("epochs must be >= 0 and batch size >= 2")
+        if self.negatives not in ("classes", "taxonomy"):
+            raise TrainError(f"unknown negatives {self.negatives!r} (classes or taxonomy)")
+        if not (0 <= self.val_fraction < 1):
+            raise TrainError(f"val fraction must be in [0, 1), got {self.val_fraction}")
+        for name in ("lr", "tau", "margin"):
+            if not getattr(self, name) > 0:
+                raise TrainError(f"{name} must be positive")
