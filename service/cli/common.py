@@ -1,5 +1,5 @@
-"""What every ``hypsearch`` command shares: the parser class, argument types,
-the ``--json``/``--quiet`` options, output, and the checks of named files."""
+"""What every ``hypsearch`` command shares: the parser class, the
+``--json``/``--quiet`` options, output, and the checks of named files."""
 
 from __future__ import annotations
 
@@ -15,15 +15,12 @@ from .errors import EXIT_USAGE, CliError
 __all__ = [
     "Parser",
     "add_common",
+    "command",
     "emit",
     "given",
     "home",
     "need_file",
     "need_path",
-    "nonneg_float",
-    "nonneg_int",
-    "positive_float",
-    "positive_int",
     "subcommands",
 ]
 
@@ -33,6 +30,13 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str):  # type: ignore[override]
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def command(sub, name: str, func: Callable, help: str, description: str | None = None):
+    """Add the command ``name`` that runs ``func(args)``; its parser, for its options."""
+    sp = sub.add_parser(name, help=help, description=description)
+    sp.set_defaults(func=func)
+    return sp
 
 
 def subcommands(sub, name: str, help: str, dest: str):
@@ -51,11 +55,13 @@ def home() -> Path:
     return Path(os.environ.get("HYPSEARCH_HOME", "var")).resolve()
 
 
-def emit(args: argparse.Namespace, result: dict, human: Callable[[dict], str]) -> None:
+def emit(args: argparse.Namespace, result: dict, human: Callable[[dict], str]) -> int:
+    """Print ``result`` (one JSON object with ``--json``, else ``human(result)``); 0."""
     if getattr(args, "json", False):
         print(json.dumps(result, sort_keys=True))
     else:
         print(human(result))
+    return 0
 
 
 def given(args: argparse.Namespace, *names: str) -> dict[str, Any]:
@@ -75,33 +81,3 @@ def need_file(flag: str, path: str) -> Path:
     if not Path(path).is_file():
         raise CliError(f"{flag} {path}: no such file")
     return Path(path)
-
-
-def _number(kind: type, *, positive: bool) -> Callable[[str], int | float]:
-    """An argparse type: an int or a finite float, > 0 (``positive``) or >= 0."""
-    noun = "an integer" if kind is int else "a number"
-
-    def parse(text: str):
-        try:
-            v = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not {noun}") from None
-        if kind is int:
-            ok, need = (
-                (v >= 1, "must be at least 1") if positive else (v >= 0, "must be at least 0")
-            )
-        else:
-            finite = v != float("inf")
-            ok = (v > 0 if positive else v >= 0) and finite
-            need = "must be a positive number" if positive else "must be a non-negative number"
-        if not ok:
-            raise argparse.ArgumentTypeError(f"{text!r} {need}")
-        return v
-
-    return parse
-
-
-positive_int = _number(int, positive=True)
-nonneg_int = _number(int, positive=False)
-positive_float = _number(float, positive=True)
-nonneg_float = _number(float, positive=False)

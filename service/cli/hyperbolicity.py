@@ -5,8 +5,18 @@ from __future__ import annotations
 
 import argparse
 
-from .common import add_common, emit, need_path, positive_int
+from .argtypes import positive_int
+from .common import add_common, command, emit, need_path
 from .errors import CliError
+
+_HYPERBOLICITY_HELP = (
+    "Gromov delta-hyperbolicity of vectors or a dataset, and the curvature it suggests"
+)
+
+_HYPERBOLICITY_DESCRIPTION = (
+    "delta, delta_rel = 2 delta / diameter and c = (0.144 / delta_rel)^2 "
+    "(Khrulkov et al. 2020) of a sample of points."
+)
 
 
 def read_vectors(path: str):
@@ -45,7 +55,7 @@ def cmd_hyperbolicity(args: argparse.Namespace) -> int:
         source = f"{args.dataset}:{args.split} (pixels)"
     result = delta_hyperbolicity(x, n_samples=args.samples, seed=args.seed, metric=args.metric)
     result = {k: float(v) for k, v in result.items()} | {"source": source, "points": int(len(x))}
-    emit(
+    return emit(
         args,
         result,
         lambda r: (
@@ -53,18 +63,14 @@ def cmd_hyperbolicity(args: argparse.Namespace) -> int:
             f"delta_rel={r['delta_rel']:.4f} suggested curvature c={r['suggested_curvature']:.4f}"
         ),
     )
-    return 0
 
 
 def add_commands(sub) -> None:
     """Add ``hyperbolicity`` to the ``hypsearch`` subparsers."""
     from models.data import DEFAULT_FASHION_MNIST_DIR
 
-    hy = sub.add_parser(
-        "hyperbolicity",
-        help="Gromov delta-hyperbolicity of vectors or a dataset, and the curvature it suggests",
-        description="delta, delta_rel = 2 delta / diameter and c = (0.144 / delta_rel)^2 "
-        "(Khrulkov et al. 2020) of a sample of points.",
+    hy = command(
+        sub, "hyperbolicity", cmd_hyperbolicity, _HYPERBOLICITY_HELP, _HYPERBOLICITY_DESCRIPTION
     )
     src = hy.add_mutually_exclusive_group(required=True)
     src.add_argument(
@@ -77,4 +83,3 @@ def add_commands(sub) -> None:
     hy.add_argument("--samples", type=positive_int, default=1500)
     hy.add_argument("--seed", type=int, default=0)
     add_common(hy)
-    hy.set_defaults(func=cmd_hyperbolicity)

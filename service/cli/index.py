@@ -5,8 +5,18 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .common import add_common, emit, need_file, nonneg_int, positive_int, subcommands
+from .argtypes import nonneg_int, positive_int
+from .common import add_common, command, emit, need_file, subcommands
 from .errors import CliError
+
+_BUILD_HELP = "embed a data set split, a folder or a manifest into an index (resumable)"
+
+_BUILD_DESCRIPTION = (
+    "Embed pictures with the model (multi-worker loader, batched inference) and "
+    "add them to the index folder OUT, creating it when missing. Every batch is durable "
+    "before the next is read; running the command again skips the ids already indexed. "
+    "Unreadable files are skipped and listed, not fatal."
+)
 
 
 def cmd_index_build(args: argparse.Namespace) -> int:
@@ -95,8 +105,7 @@ def cmd_index_build(args: argparse.Namespace) -> int:
                 lines.append(f"  ... ({len(unread) - 20} more listed with --json)")
         return "\n".join(lines)
 
-    emit(args, result, human)
-    return 0
+    return emit(args, result, human)
 
 
 def add_commands(sub) -> None:
@@ -105,14 +114,7 @@ def add_commands(sub) -> None:
     from models.wordnet import DEFAULT_WORDNET_DIR
 
     ix = subcommands(sub, "index", "build indexes", "index_command")
-    b = ix.add_parser(
-        "build",
-        help="embed a data set split, a folder or a manifest into an index (resumable)",
-        description="Embed pictures with the model (multi-worker loader, batched inference) and "
-        "add them to the index folder OUT, creating it when missing. Every batch is durable "
-        "before the next is read; running the command again skips the ids already indexed. "
-        "Unreadable files are skipped and listed, not fatal.",
-    )
+    b = command(ix, "build", cmd_index_build, _BUILD_HELP, _BUILD_DESCRIPTION)
     b.add_argument("--model", required=True, help="image model checkpoint")
     src = b.add_mutually_exclusive_group()
     src.add_argument("--dataset", choices=["fashion-mnist"], help="a built-in data set")
@@ -133,4 +135,3 @@ def add_commands(sub) -> None:
     )
     b.add_argument("--threads", type=positive_int, default=2, help="torch threads")
     add_common(b)
-    b.set_defaults(func=cmd_index_build)

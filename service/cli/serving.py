@@ -6,8 +6,26 @@ import argparse
 import os
 import sys
 
-from .common import add_common, emit, home, need_file, nonneg_int, positive_int
+from .argtypes import nonneg_int, positive_int
+from .common import add_common, command, emit, home, need_file
 from .errors import CliError
+
+_SERVE_HELP = "the REST service and web page over a model and an index"
+
+_SERVE_DESCRIPTION = (
+    "Serve the REST API (docs at /docs) and the web page (/) over an image model "
+    "and an index folder (created empty when missing). Every option can also be set by an "
+    "environment variable HYPSEARCH_<OPTION> (HYPSEARCH_API_KEY, HYPSEARCH_DATA_ROOTS, "
+    "HYPSEARCH_MAX_UPLOAD_BYTES, HYPSEARCH_BATCH_MAX_SIZE, ...; see the README)."
+)
+
+_DEMO_HELP = "build the default artifacts under $HYPSEARCH_HOME (reused when present), then serve"
+
+_DEMO_DESCRIPTION = (
+    "Train the default label embeddings and image model, build the index of the "
+    "Fashion-MNIST test split (each reused from $HYPSEARCH_HOME when present), then serve the "
+    "web page and the API on http://HOST:PORT."
+)
 
 
 def serve(settings, *, runtime=None, announce: str | None = None) -> int:
@@ -119,8 +137,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     summary = run_default_pipeline(where, progress=not args.quiet, threads=args.threads)
     print(summary["message"], file=sys.stderr)
     if args.no_serve:
-        emit(args, summary, lambda r: r["message"])
-        return 0
+        return emit(args, summary, lambda r: r["message"])
     settings = get_settings(
         home=where,
         model=summary.get("model"),
@@ -139,14 +156,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def add_serve(sub) -> None:
     """Add ``serve`` to the ``hypsearch`` subparsers."""
-    sv = sub.add_parser(
-        "serve",
-        help="the REST service and web page over a model and an index",
-        description="Serve the REST API (docs at /docs) and the web page (/) over an image model "
-        "and an index folder (created empty when missing). Every option can also be set by an "
-        "environment variable HYPSEARCH_<OPTION> (HYPSEARCH_API_KEY, HYPSEARCH_DATA_ROOTS, "
-        "HYPSEARCH_MAX_UPLOAD_BYTES, HYPSEARCH_BATCH_MAX_SIZE, ...; see the README).",
-    )
+    sv = command(sub, "serve", cmd_serve, _SERVE_HELP, _SERVE_DESCRIPTION)
     sv.add_argument("--model", help="image model checkpoint (default $HYPSEARCH_MODEL)")
     sv.add_argument(
         "--labels", help="label checkpoint, for a service without a model (no image search)"
@@ -159,18 +169,11 @@ def add_serve(sub) -> None:
     )
     sv.add_argument("--threads", type=positive_int, default=None, help="torch threads (default 1)")
     sv.add_argument("--log-level", default=None, help="DEBUG, INFO (default), WARNING, ERROR")
-    sv.set_defaults(func=cmd_serve)
 
 
 def add_demo(sub) -> None:
     """Add ``demo`` to the ``hypsearch`` subparsers."""
-    dm = sub.add_parser(
-        "demo",
-        help="build the default artifacts under $HYPSEARCH_HOME (reused when present), then serve",
-        description="Train the default label embeddings and image model, build the index of the "
-        "Fashion-MNIST test split (each reused from $HYPSEARCH_HOME when present), then serve the "
-        "web page and the API on http://HOST:PORT.",
-    )
+    dm = command(sub, "demo", cmd_demo, _DEMO_HELP, _DEMO_DESCRIPTION)
     dm.add_argument("--host", default="127.0.0.1")
     dm.add_argument("--port", type=positive_int, default=8000)
     dm.add_argument(
@@ -182,4 +185,3 @@ def add_demo(sub) -> None:
     )
     dm.add_argument("--no-serve", action="store_true", help="build the artifacts, then exit")
     add_common(dm)
-    dm.set_defaults(func=cmd_demo)

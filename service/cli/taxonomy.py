@@ -6,18 +6,35 @@ import argparse
 import sys
 from pathlib import Path
 
-from .common import (
-    add_common,
-    emit,
-    given,
-    need_path,
-    nonneg_float,
-    nonneg_int,
-    positive_float,
-    positive_int,
-    subcommands,
-)
+from .argtypes import nonneg_float, nonneg_int, positive_float, positive_int
+from .common import add_common, command, emit, given, need_path, subcommands
 from .errors import CliError
+
+_WORDNET_HELP = "write the transitive closure of the WordNet noun hierarchy"
+
+_WORDNET_DESCRIPTION = (
+    "Write the transitive closure of the WordNet noun hypernym graph "
+    "(instance hypernyms included) as a child<TAB>ancestor TSV."
+)
+
+_LABELS_TRAIN_HELP = "train label embeddings of a taxonomy in the Poincaré ball"
+
+_LABELS_TRAIN_DESCRIPTION = (
+    "Train Poincaré embeddings of a taxonomy (Nickel and Kiela 2017) from a "
+    "hierarchical start, optionally with an entailment-cone stage (Ganea et al. 2018). "
+    "Progress is saved to OUT.partial after every epoch; running the same command again "
+    "resumes from there."
+)
+
+_LABELS_EVAL_HELP = "reconstruction mean rank / MAP and cone containment F1"
+
+_LABELS_EVAL_DESCRIPTION = (
+    "Reconstruction as in Nickel and Kiela 2017: each closure edge (u, v) is "
+    "ranked among the distances from u to all nodes that are neither u nor its ancestors. "
+    "Also cone containment precision/recall/F1 of the closure pairs."
+)
+
+_LABELS_EXPORT_HELP = "write label vectors as TSV (Poincaré-ball coordinates)"
 
 
 def load_taxonomy(path: str):
@@ -38,12 +55,11 @@ def cmd_taxonomy_wordnet(args: argparse.Namespace) -> int:
         "nodes": len(tax),
         "edges": int(len(tax.closure_edges())),
     }
-    emit(
+    return emit(
         args,
         result,
         lambda r: f"wrote {r['edges']} closure edges over {r['nodes']} nodes to {r['out']}",
     )
-    return 0
 
 
 #: ``labels train`` options that are LabelTrainConfig fields of the same name
@@ -58,6 +74,12 @@ _LABEL_TRAIN_FIELDS = (
     "cone_epochs",
     "cone_weight",
     "leaf_spread",
+)
+
+
+_TRAINED = (
+    "trained {nodes} labels ({edges} closure edges), dim {dim}, curvature {curvature:g}, "
+    "{epochs} epochs in {train_seconds:.1f} s (loss {loss:.4f}); wrote {out}"
 )
 
 
@@ -94,15 +116,7 @@ def cmd_labels_train(args: argparse.Namespace) -> int:
         "version": emb.version,
     }
 
-    def human(r: dict) -> str:
-        return (
-            f"trained {r['nodes']} labels ({r['edges']} closure edges), dim {r['dim']}, "
-            f"curvature {r['curvature']:g}, {r['epochs']} epochs in {r['train_seconds']:.1f} s "
-            f"(loss {r['loss']:.4f}); wrote {r['out']}"
-        )
-
-    emit(args, result, human)
-    return 0
+    return emit(args, result, _TRAINED.format_map)
 
 
 def cmd_labels_eval(args: argparse.Namespace) -> int:
@@ -119,14 +133,13 @@ def cmd_labels_eval(args: argparse.Namespace) -> int:
     result = evaluate_reconstruction(emb, tax, sample=args.sample, progress=not args.quiet)
     if not args.no_cones:
         result |= evaluate_cones(emb, tax, progress=not args.quiet)
-    emit(
-        args,
-        result,
-        lambda r: " ".join(
+
+    def human(r: dict) -> str:
+        return " ".join(
             f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()
-        ),
-    )
-    return 0
+        )
+
+    return emit(args, result, human)
 
 
 def cmd_labels_export(args: argparse.Namespace) -> int:
@@ -135,8 +148,9 @@ def cmd_labels_export(args: argparse.Namespace) -> int:
     emb = LabelEmbedding.load(args.labels)
     emb.export_tsv(args.out)
     result = {"out": str(args.out), "nodes": len(emb.taxonomy), "dim": emb.dim}
-    emit(args, result, lambda r: f"wrote {r['nodes']} label vectors (dim {r['dim']}) to {r['out']}")
-    return 0
+    return emit(
+        args, result, lambda r: f"wrote {r['nodes']} label vectors (dim {r['dim']}) to {r['out']}"
+    )
 
 
 def add_commands(sub) -> None:
@@ -144,12 +158,7 @@ def add_commands(sub) -> None:
     from models.taxonomy import DEFAULT_WORDNET_DIR
 
     tx = subcommands(sub, "taxonomy", "build taxonomy files", "taxonomy_command")
-    wn = tx.add_parser(
-        "wordnet",
-        help="write the transitive closure of the WordNet noun hierarchy",
-        description="Write the transitive closure of the WordNet noun hypernym graph "
-        "(instance hypernyms included) as a child<TAB>ancestor TSV.",
-    )
+    wn = command(tx, "wordnet", cmd_taxonomy_wordnet, _WORDNET_HELP, _WORDNET_DESCRIPTION)
     wn.add_argument(
         "--root", help="only the descendants of this synset (and itself), e.g. mammal.n.01"
     )
@@ -158,17 +167,9 @@ def add_commands(sub) -> None:
     )
     wn.add_argument("--out", required=True, help="TSV file to write")
     add_common(wn)
-    wn.set_defaults(func=cmd_taxonomy_wordnet)
 
     lb = subcommands(sub, "labels", "label-hierarchy embeddings", "labels_command")
-    tr = lb.add_parser(
-        "train",
-        help="train label embeddings of a taxonomy in the Poincaré ball",
-        description="Train Poincaré embeddings of a taxonomy (Nickel and Kiela 2017) from a "
-        "hierarchical start, optionally with an entailment-cone stage (Ganea et al. 2018). "
-        "Progress is saved to OUT.partial after every epoch; running the same command again "
-        "resumes from there.",
-    )
+    tr = command(lb, "train", cmd_labels_train, _LABELS_TRAIN_HELP, _LABELS_TRAIN_DESCRIPTION)
     tr.add_argument(
         "--taxonomy", required=True, help="TSV edge list (child<TAB>parent; closure or direct)"
     )
@@ -199,15 +200,8 @@ def add_commands(sub) -> None:
     )
     tr.add_argument("--restart", action="store_true", help="ignore an unfinished OUT.partial")
     add_common(tr)
-    tr.set_defaults(func=cmd_labels_train)
 
-    ev = lb.add_parser(
-        "eval",
-        help="reconstruction mean rank / MAP and cone containment F1",
-        description="Reconstruction as in Nickel and Kiela 2017: each closure edge (u, v) is "
-        "ranked among the distances from u to all nodes that are neither u nor its ancestors. "
-        "Also cone containment precision/recall/F1 of the closure pairs.",
-    )
+    ev = command(lb, "eval", cmd_labels_eval, _LABELS_EVAL_HELP, _LABELS_EVAL_DESCRIPTION)
     ev.add_argument("labels", help="label checkpoint")
     ev.add_argument(
         "--taxonomy", help="TSV taxonomy to evaluate against (default: the checkpoint's own)"
@@ -217,10 +211,8 @@ def add_commands(sub) -> None:
     )
     ev.add_argument("--no-cones", action="store_true", help="skip the cone containment metrics")
     add_common(ev)
-    ev.set_defaults(func=cmd_labels_eval)
 
-    ex = lb.add_parser("export", help="write label vectors as TSV (Poincaré-ball coordinates)")
+    ex = command(lb, "export", cmd_labels_export, _LABELS_EXPORT_HELP)
     ex.add_argument("labels", help="label checkpoint")
     ex.add_argument("--out", required=True, help="TSV file to write")
     add_common(ex)
-    ex.set_defaults(func=cmd_labels_export)

@@ -6,17 +6,26 @@ import argparse
 import sys
 from pathlib import Path
 
-from .common import (
-    add_common,
-    emit,
-    given,
-    need_path,
-    nonneg_float,
-    nonneg_int,
-    positive_float,
-    positive_int,
-)
+from .argtypes import nonneg_float, nonneg_int, positive_float, positive_int
+from .common import add_common, command, emit, given, need_path
 from .errors import CliError
+
+_TRAIN_HELP = "train the image encoder against label embeddings"
+
+_TRAIN_DESCRIPTION = (
+    "Train an image encoder whose embeddings are points of the Poincare ball "
+    "next to the label embeddings of their classes. Progress is saved to OUT.partial after "
+    "every epoch; running the same command again resumes from there."
+)
+
+_EVAL_HELP = "retrieval, hierarchy, zero-shot and OOD metrics of an image model"
+
+_EVAL_DESCRIPTION = (
+    "Recall@1/5/10 and mAP@R (each image queried against the rest), hop mAP@50 at "
+    "0/2/4 hops, hierarchical Hit@k, nearest-label accuracy, zero-shot metrics of held-out "
+    "classes, AUROC of distance to the origin against an out-of-distribution set, and the "
+    "delta-hyperbolicity of the encoder's features."
+)
 
 _NO_DATA = "give --dataset fashion-mnist or --images DIR|MANIFEST.csv"
 
@@ -114,8 +123,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             f"(loss {r['loss']:.4f}, validation {val:.4f}); wrote {r['out']}"
         )
 
-    emit(args, result, human)
-    return 0
+    return emit(args, result, human)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -169,21 +177,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
             parts.append(f"ood_auroc_radius={r['ood']['auroc_radius']:.4f}")
         return " ".join(parts)
 
-    emit(args, result, human)
-    return 0
+    return emit(args, result, human)
 
 
 def add_commands(sub) -> None:
     """Add ``train`` and ``eval`` to the ``hypsearch`` subparsers."""
     from models.data import DEFAULT_FASHION_MNIST_DIR
 
-    tn = sub.add_parser(
-        "train",
-        help="train the image encoder against label embeddings",
-        description="Train an image encoder whose embeddings are points of the Poincare ball "
-        "next to the label embeddings of their classes. Progress is saved to OUT.partial after "
-        "every epoch; running the same command again resumes from there.",
-    )
+    tn = command(sub, "train", cmd_train, _TRAIN_HELP, _TRAIN_DESCRIPTION)
     tsrc = tn.add_mutually_exclusive_group()
     tsrc.add_argument(
         "--dataset", choices=["fashion-mnist"], help="a built-in dataset (train split)"
@@ -247,16 +248,8 @@ def add_commands(sub) -> None:
     tn.add_argument("--seed", type=int, default=0)
     tn.add_argument("--restart", action="store_true", help="ignore an unfinished OUT.partial")
     add_common(tn)
-    tn.set_defaults(func=cmd_train)
 
-    ev = sub.add_parser(
-        "eval",
-        help="retrieval, hierarchy, zero-shot and OOD metrics of an image model",
-        description="Recall@1/5/10 and mAP@R (each image queried against the rest), hop mAP@50 at "
-        "0/2/4 hops, hierarchical Hit@k, nearest-label accuracy, zero-shot metrics of held-out "
-        "classes, AUROC of distance to the origin against an out-of-distribution set, and the "
-        "delta-hyperbolicity of the encoder's features.",
-    )
+    ev = command(sub, "eval", cmd_eval, _EVAL_HELP, _EVAL_DESCRIPTION)
     esrc = ev.add_mutually_exclusive_group()
     esrc.add_argument("--dataset", choices=["fashion-mnist"])
     esrc.add_argument(
@@ -275,4 +268,3 @@ def add_commands(sub) -> None:
     )
     ev.add_argument("--threads", type=positive_int, default=1, help="torch threads (default 1)")
     add_common(ev)
-    ev.set_defaults(func=cmd_eval)
