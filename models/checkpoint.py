@@ -29,7 +29,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
-from .fileio import atomic_write_bytes  # re-exported: the one atomic write
+from .fileio import atomic_write_bytes, read_named_file  # atomic_write_bytes re-exported
 
 FORMAT = "hypsearch"
 FORMAT_VERSION = "1"
@@ -95,14 +95,13 @@ def load_checkpoint(
     complete hypsearch checkpoint of the expected kind.
     """
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: no such checkpoint file") from None
-    except IsADirectoryError:
-        raise CheckpointError(f"{path}: is a directory, not a checkpoint file") from None
-    except OSError as e:
-        raise CheckpointError(f"{path}: cannot read ({e.strerror})") from None
+    data = read_named_file(
+        path,
+        CheckpointError,
+        missing="{path}: no such checkpoint file",
+        directory="{path}: is a directory, not a checkpoint file",
+        unreadable="{path}: cannot read ({reason})",
+    )
     header = _read_header(path, data)
     meta_header = header.get("__metadata__") or {}
     if meta_header.get("format") != FORMAT:

@@ -1,4 +1,5 @@
-"""Atomic file writes, shared by checkpoints, taxonomy files and index snapshots.
+"""Atomic file writes, shared by checkpoints, taxonomy files and index snapshots,
+and the read of a file a user named (one-line errors that name it).
 
 Light on purpose (standard library only): the index's writer processes use it
 without importing torch.
@@ -12,7 +13,7 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["atomic_write_bytes"]
+__all__ = ["atomic_write_bytes", "read_named_file"]
 
 
 def atomic_write_bytes(
@@ -55,3 +56,30 @@ def atomic_write_bytes(
     except OSError:
         pass
     return h.hexdigest()
+
+
+def read_named_file(
+    path: str | os.PathLike,
+    error: type[Exception],
+    *,
+    missing: str,
+    directory: str,
+    unreadable: str | None = None,
+) -> bytes:
+    """The bytes of the file at ``path``, a file a user named.
+
+    A missing file raises ``error(missing)``, a folder ``error(directory)``,
+    any other read failure ``error(unreadable)`` (or the ``OSError`` itself
+    when ``unreadable`` is ``None``); the messages are format strings with
+    ``{path}`` and ``{reason}`` (the system's words).
+    """
+    try:
+        return Path(path).read_bytes()
+    except FileNotFoundError:
+        raise error(missing.format(path=path)) from None
+    except IsADirectoryError:
+        raise error(directory.format(path=path)) from None
+    except OSError as e:
+        if unreadable is None:
+            raise
+        raise error(unreadable.format(path=path, reason=e.strerror)) from None

@@ -7,10 +7,13 @@ anything in between -- they are reduced to the *transitive reduction* (the
 direct "parent" edges), so every form of the same hierarchy loads to an equal
 :class:`Taxonomy` with the same ids.
 
-File format (``.tsv``): one ``child<TAB>parent`` per line; blank lines and
-lines starting with ``#`` are ignored.  A node with neither parent nor child
+This module is the hierarchy itself (building, ancestors, descendants, LCA,
+hops, siblings, cousins).  Beside it: :mod:`models.taxonomy_tsv` reads and
+writes the ``child<TAB>parent`` files (a node with neither parent nor child
 cannot be written in an edge list, so :meth:`Taxonomy.to_tsv` drops such
-isolated nodes.
+isolated nodes), :mod:`models.taxonomy_words` resolves words and completes
+prefixes, :mod:`models.wordnet` reads WordNet and its morphology, and
+:mod:`models.taxonomy_base` holds the errors.
 
 Conventions
 -----------
@@ -26,90 +29,31 @@ Conventions
 from __future__ import annotations
 
 import difflib
-import gc
-import heapq
+import logging
 import os
-import re
-from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
 from itertools import chain
+from pathlib import Path
 
 import numpy as np
+
+from models.taxonomy_base import EdgeError, TaxonomyError, UnknownLabelError, gc_paused, norm
+from models.taxonomy_tsv import read_tsv, write_tsv
+from models.taxonomy_words import WordIndex, word_of_name
+from models.wordnet import DEFAULT_WORDNET_DIR, load_wordnet_nouns
 
 __all__ = [
     "DEFAULT_WORDNET_DIR",
     "Taxonomy",
     "TaxonomyError",
     "UnknownLabelError",
+    "with_words",
 ]
 
-DEFAULT_WORDNET_DIR = "/usr/share/wordnet"
+log = logging.getLogger(__name__)
 
-_SYNSET_NAME = re.compile(r"^(.+)\.([a-z])\.(\d+)$")
 _MAX_CYCLE_SHOWN = 8
-
-
-class TaxonomyError(ValueError):
-    """A taxonomy could not be built or loaded (one-line message)."""
-
-
-class UnknownLabelError(TaxonomyError):
-    """A label (node name or word) is not in the taxonomy.
-
-    ``text`` is the text asked for, ``suggestions`` close matches (node names
-    or words, best first; possibly empty).
-    """
-
-    def __init__(self, text: str, suggestions: Iterable[str] = (), what: str = "label"):
-        self.text = text
-        self.suggestions = list(suggestions)
-        self.what = what
-        msg = f"unknown {what} {text!r}"
-        if self.suggestions:
-            msg += "; did you mean: " + ", ".join(self.suggestions)
-        super().__init__(msg)
-
-    def __reduce__(self):
-        return (type(self), (self.text, self.suggestions, self.what))
-
-
-class _EdgeError(TaxonomyError):
-    """Internal: an error about one edge, so that file loaders can add a line number."""
-
-    def __init__(self, message: str, edge: tuple[str, str]):
-        super().__init__(message)
-        self.edge = edge
-
-
-@contextmanager
-def _gc_paused():
-    """Pause the cyclic GC while building many small acyclic containers.
-
-    With a large heap (the WordNet graph) every automatic collection walks
-    millions of objects; pausing it roughly halves build times.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
-def _norm(text: str) -> str:
-    """Lookup key of a word or phrase: lowercase, whitespace runs -> ``_``."""
-    return "_".join(text.strip().lower().split())
-
-
-def _word_of_name(name: str) -> tuple[str, int]:
-    """Word and sense rank derived from a node name (``gym_shoe.n.01`` -> ``gym_shoe``, 1)."""
-    m = _SYNSET_NAME.match(name)
-    if m:
-        return m.group(1), int(m.group(3))
-    return name, 0
 
 
 class Taxonomy:
@@ -132,8 +76,6 @@ class Taxonomy:
         "_glosses",
         "_word_index",
         "_words_src",
-        "_lower_names",
-        "_vocab",
         "_hash",
     )
 
@@ -161,7 +103,7 @@ class Taxonomy:
         glosses: dict[str, str] | None = None,
         word_index: dict[str, list[str]] | None = None,
     ) -> Taxonomy:
-        with _gc_paused():
+        with gc_paused():
             return cls._build_impl(edges, nodes, lemmas, glosses, word_index)
 
     @classmethod
@@ -173,7 +115,7 @@ class Taxonomy:
             except (TypeError, ValueError):
                 raise TaxonomyError(f"an edge must be a (child, parent) pair, got {e!r}") from None
             if c == p:
-                raise _EdgeError(f"self-loop edge {c!r} -> {p!r}", (c, p))
+                raise EdgeError(f"self-loop edge {c!r} -> {p!r}", (c, p))
             edge_list.append((c, p))
         name_set = {nodes} if isinstance(nodes, str) else set(nodes)
         name_set.update(chain.from_iterable(edge_list))
@@ -291,8 +233,6 @@ class Taxonomy:
         self._glosses = None if glosses is None else {n: glosses.get(n, "") for n in names}
         self._words_src = word_index
         self._word_index = None
-        self._lower_names = None
-        self._vocab = None
         self._hash = None
         return self
 
@@ -318,7 +258,7 @@ class Taxonomy:
         shown = [names[i] for i in ring]
         if len(shown) > _MAX_CYCLE_SHOWN:
             shown = shown[: _MAX_CYCLE_SHOWN - 1] + ["...", shown[-1]]
-        raise _EdgeError(
+        raise EdgeError(
             f"cycle at edge {edge[0]!r} -> {edge[1]!r} (child -> parent): " + " -> ".join(shown),
             edge,
         )
@@ -330,49 +270,7 @@ class Taxonomy:
         Errors name the file and line: a line without exactly two non-empty
         tab-separated fields, a self-loop, an edge that closes a cycle.
         """
-        path = os.fspath(path)
-        edges: list[tuple[str, str]] = []
-        try:
-            with open(path, encoding="utf-8") as f:
-                for lineno, line in enumerate(f, 1):
-                    s = line.rstrip("\r\n")
-                    t = s.strip()
-                    if not t or t[0] == "#":
-                        continue
-                    parts = s.split("\t")
-                    if len(parts) != 2 or not parts[0].strip() or not parts[1].strip():
-                        shown = s if len(s) <= 80 else s[:77] + "..."
-                        raise TaxonomyError(
-                            f"{path}:{lineno}: malformed line, expected 'child<TAB>parent' "
-                            f"(got {len(parts)} field(s)): {shown!r}"
-                        )
-                    c = parts[0].strip()
-                    p = parts[1].strip()
-                    if c == p:
-                        raise TaxonomyError(f"{path}:{lineno}: self-loop edge {c!r} -> {p!r}")
-                    edges.append((c, p))
-        except FileNotFoundError:
-            raise TaxonomyError(f"taxonomy file not found: {path}") from None
-        except IsADirectoryError:
-            raise TaxonomyError(f"taxonomy path is a directory: {path}") from None
-        except UnicodeDecodeError as e:
-            raise TaxonomyError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-        if not edges:
-            raise TaxonomyError(f"{path}: no edges")
-        try:
-            return cls._build(edges)
-        except _EdgeError as e:
-            lineno = cls._find_line(path, e.edge)
-            raise TaxonomyError(f"{path}:{lineno}: {e}") from None
-
-    @staticmethod
-    def _find_line(path: str, edge: tuple[str, str]) -> int | str:
-        with open(path, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                parts = line.rstrip("\r\n").split("\t")
-                if len(parts) == 2 and (parts[0].strip(), parts[1].strip()) == edge:
-                    return lineno
-        return "?"
+        return read_tsv(path, cls._build)
 
     @classmethod
     def from_wordnet(
@@ -385,15 +283,13 @@ class Taxonomy:
         (``lemmas``), glosses and the WordNet sense order come along for
         :meth:`resolve` and :meth:`complete`.
         """
-        from models.wordnet import load_wordnet_nouns
-
         wn = load_wordnet_nouns(wordnet_dir)
         if root is None:
             keep: Iterable[str] = wn.names
             keep_set = None
         else:
             if root not in wn.lemmas:
-                sugg = list(wn.word_index.get(_norm(root), ()))[:5]
+                sugg = list(wn.word_index.get(norm(root), ()))[:5]
                 for m in difflib.get_close_matches(root, wn.names, n=5, cutoff=0.7):
                     if m not in sugg:
                         sugg.append(m)
@@ -435,7 +331,7 @@ class Taxonomy:
             (names[i] for i in keep),
             lemmas=self._lemmas,
             glosses=self._glosses,
-            word_index=self._words() if self._lemmas is not None else None,
+            word_index=self._word_table().table if self._lemmas is not None else None,
         )
 
     def to_tsv(self, path: str | os.PathLike, closure: bool = True) -> None:
@@ -445,31 +341,13 @@ class Taxonomy:
         direct edges.  Both load back to an equal taxonomy; isolated nodes
         (no parent, no child) cannot be written and are dropped.
         """
-        path = os.fspath(path)
-        names = self._names
         if closure:
             ptr = self._anc_ptr.tolist()
             flat = self._anc_idx.tolist()
-            rows = (flat[ptr[i] : ptr[i + 1]] for i in range(len(names)))
+            rows = (flat[ptr[i] : ptr[i + 1]] for i in range(len(self._names)))
         else:
             rows = iter(self._parents)
-        parts = []
-        n_edges = 0
-        with _gc_paused():
-            for child, row in zip(names, rows, strict=True):
-                if row:
-                    n_edges += len(row)
-                    prefix = child + "\t"
-                    parts.extend([prefix + names[a] + "\n" for a in row])
-        kind = "transitive closure" if closure else "direct edges"
-        header = (
-            f"# hypsearch taxonomy: {len(self)} nodes, {n_edges} edges ({kind}); child<TAB>parent\n"
-        )
-        body = "".join(parts)
-        del parts
-        from models.fileio import atomic_write_bytes
-
-        atomic_write_bytes(path, (header.encode("utf-8"), body.encode("utf-8")), mode=0o644)
+        write_tsv(path, self._names, rows, closure=closure)
 
     # ------------------------------------------------------------ basic info
 
@@ -699,8 +577,8 @@ class Taxonomy:
 
     # ------------------------------------------------------ words & labels
 
-    def _words(self) -> dict[str, tuple[str, ...]]:
-        """Lookup key -> node names carrying that word, in sense order."""
+    def _word_table(self) -> WordIndex:
+        """The words of the nodes (WordNet's index, else the node names' words)."""
         # Lazily built; safe under concurrent first calls: _word_index is set
         # before _words_src is dropped, and re-read after reading _words_src.
         table = self._word_index
@@ -708,37 +586,10 @@ class Taxonomy:
             src = self._words_src
             table = self._word_index
             if table is None:
-                with _gc_paused():
-                    table = self._build_words(src)
+                table = WordIndex(self._names, self._index, self._lemmas, src)
                 self._word_index = table
                 self._words_src = None  # folded into _word_index
         return table
-
-    def _build_words(self, src) -> dict[str, tuple[str, ...]]:
-        """Lookup table behind :meth:`_words` (WordNet index, else node names)."""
-        index = self._index
-        out: dict[str, tuple[str, ...]] = {}
-        if src is not None:
-            for w, syns in src.items():
-                present = tuple(s for s in syns if s in index)
-                if present:
-                    out[_norm(w)] = present
-            # lemmas never listed in the index (not expected for WordNet)
-            if self._lemmas is not None:
-                for n, ws in self._lemmas.items():
-                    for w in ws:
-                        k = _norm(w)
-                        if n not in out.get(k, ()):
-                            out[k] = out.get(k, ()) + (n,)
-        else:
-            grouped: dict[str, list[tuple[int, str]]] = {}
-            for n in self._names:
-                w, rank = _word_of_name(n)
-                grouped.setdefault(_norm(w), []).append((rank, n))
-            for k, lst in grouped.items():
-                lst.sort()
-                out[k] = tuple(n for _, n in lst)
-        return out
 
     def words(self, name: str | int) -> list[str]:
         """Words that name the node: WordNet lemmas as written in the file
@@ -748,11 +599,11 @@ class Taxonomy:
         n = self._names[self._id(name)]
         if self._lemmas is not None and self._lemmas.get(n):
             return list(self._lemmas[n])
-        return [_word_of_name(n)[0]]
+        return [word_of_name(n)[0]]
 
     def senses(self, word: str) -> list[str]:
         """Nodes carrying *word* (any case, spaces or ``_``), in WordNet sense order."""
-        return list(self._words().get(_norm(word), ()))
+        return self._word_table().senses(word)
 
     def resolve(self, text: str, prefer: Callable[[str], float] | None = None) -> str:
         """Node name for *text*: an exact node name, else a word or phrase.
@@ -761,53 +612,13 @@ class Taxonomy:
         among the nodes carrying it; with several, the one with the highest
         ``prefer(name)`` wins, ties (and ``prefer=None``) going to the earliest
         WordNet sense.  Raises :class:`UnknownLabelError` with suggestions.
+        Plurals: :class:`models.wordnet.WordResolver`.
         """
         if not isinstance(text, str):
             raise TypeError(f"label must be a string, got {type(text).__name__}")
-        t = text.strip()
-        if t in self._index:
-            return t
-        key = _norm(t)
-        cands = self._words().get(key)
-        if not cands:
-            if self._lower_names is None:
-                lower: dict[str, str | None] = {}
-                for n in self._names:
-                    k = _norm(n)
-                    lower[k] = None if k in lower else n  # None: ambiguous
-                self._lower_names = lower
-            hit = self._lower_names.get(key)
-            if hit is not None:
-                return hit
-            raise UnknownLabelError(text, self.suggest(text))
-        if prefer is None or len(cands) == 1:
-            return cands[0]
-        best_i, best_s = 0, None
-        for i, n in enumerate(cands):
-            s = float(prefer(n))
-            if s != s:  # NaN never wins
-                continue
-            if best_s is None or s > best_s:
-                best_i, best_s = i, s
-        return cands[best_i]
-
-    def _vocabulary(self) -> tuple[list[str], list[str], dict[str, int]]:
-        """(sorted lookup keys, display strings, display -> number of senses)."""
-        if self._vocab is None:
-            words = self._words()
-            with _gc_paused():
-                entries: dict[str, int] = {}
-                for k, syns in words.items():
-                    entries[k] = len(syns)
-                for n in self._names:
-                    entries.setdefault(n, 0)
-                pairs = []
-                for d in entries:
-                    k = _norm(d)
-                    pairs.append((d if k == d else k, d))
-                pairs.sort()
-                self._vocab = ([k for k, _ in pairs], [d for _, d in pairs], entries)
-        return self._vocab
+        if text.strip() in self._index:
+            return text.strip()
+        return self._word_table().resolve(text, prefer)
 
     def complete(self, prefix: str, limit: int = 20) -> list[str]:
         """Node names and words starting with *prefix* (any case, spaces or ``_``).
@@ -818,25 +629,29 @@ class Taxonomy:
         """
         if limit <= 0:
             return []
-        keys, display, senses = self._vocabulary()
-        p = _norm(prefix)
-        lo = bisect_left(keys, p)
-        hi = bisect_left(keys, p + "\U0010ffff", lo)
-        return heapq.nsmallest(limit, display[lo:hi], key=lambda d: (len(d), -senses[d], d))
+        return self._word_table().complete(prefix, limit)
 
     def suggest(self, text: str, n: int = 5) -> list[str]:
         """Close matches for *text* among node names and words (difflib), best first."""
-        keys, display, _ = self._vocabulary()
-        key = _norm(text)
-        if not key:
-            return []
-        result: list[str] = []
-        for m in difflib.get_close_matches(key, keys, n=n, cutoff=0.75):
-            d = display[bisect_left(keys, m)]
-            if d not in result:
-                result.append(d)
-        if len(result) < n:
-            for c in self.complete(key, limit=n):
-                if c not in result:
-                    result.append(c)
-        return result[:n]
+        return self._word_table().suggest(text, n)
+
+
+def with_words(taxonomy: Taxonomy, wordnet_dir: str | os.PathLike | None) -> Taxonomy:
+    """The taxonomy with WordNet's words and glosses (checkpoints keep only the
+    edges), when every node is a WordNet noun synset and the edges are WordNet's
+    among them; else the taxonomy as is."""
+    if (
+        taxonomy.lemmas is not None
+        or wordnet_dir is None
+        or not Path(wordnet_dir, "data.noun").exists()
+    ):
+        return taxonomy
+    try:
+        full = Taxonomy.from_wordnet(wordnet_dir)
+        if not all(n in full for n in taxonomy.names):
+            return taxonomy
+        words = full.induced(taxonomy.names)
+    except Exception:  # noqa: BLE001 - words are a convenience; synset names still work
+        log.warning("could not read WordNet words from %s", wordnet_dir, exc_info=True)
+        return taxonomy
+    return words if words == taxonomy else taxonomy

@@ -11,18 +11,28 @@ position of the synset's offset in that lemma's offset list in ``index.noun``
 The hierarchy edges are the ``@`` (hypernym) and ``@i`` (instance hypernym)
 pointers of ``data.noun``.
 
+Besides the nouns: WordNet's morphology for nouns (``noun.exc`` and the
+suffix rules of ``morphy``), which :class:`WordResolver` tries when a word is
+not a node's word (``sneakers`` -> ``sneaker``).  This module knows nothing
+of :class:`models.taxonomy.Taxonomy`, which builds on it
+(:meth:`~models.taxonomy.Taxonomy.from_wordnet`, :func:`~models.taxonomy.with_words`).
+
 File formats: https://wordnet.princeton.edu/documentation/wndb5wn
 """
 
 from __future__ import annotations
 
-import gc
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
 
-from models.taxonomy import DEFAULT_WORDNET_DIR, TaxonomyError
+from models.taxonomy_base import TaxonomyError, UnknownLabelError, gc_paused
 
-__all__ = ["DEFAULT_WORDNET_DIR", "WordNetNouns", "load_wordnet_nouns"]
+__all__ = ["DEFAULT_WORDNET_DIR", "WordNetNouns", "WordResolver", "load_wordnet_nouns"]
+
+DEFAULT_WORDNET_DIR = "/usr/share/wordnet"
 
 _HYPERNYM_SYMBOLS = frozenset(("@", "@i"))
 
@@ -69,15 +79,9 @@ def load_wordnet_nouns(wordnet_dir: str | os.PathLike = DEFAULT_WORDNET_DIR) -> 
     Raises :class:`~models.taxonomy.TaxonomyError` naming the path when the
     folder or one of the two files is missing, or when a line cannot be parsed.
     """
-    # The parse creates ~10^6 small objects and no reference cycles: pausing the
-    # cyclic GC roughly halves the load time.
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    # The parse creates ~10^6 small objects and no reference cycles.
+    with gc_paused():
         return _load(os.fspath(wordnet_dir))
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _load(wordnet_dir: str) -> WordNetNouns:
@@ -163,3 +167,70 @@ def _load(wordnet_dir: str) -> WordNetNouns:
         gloss=gloss,
         offsets=offsets_of,
     )
+
+
+# ---------------------------------------------------------------- morphology
+
+#: WordNet's detachment rules for nouns (morphy), tried when a word is unknown.
+_MORPHY_RULES = (
+    ("s", ""),
+    ("ses", "s"),
+    ("xes", "x"),
+    ("zes", "z"),
+    ("ches", "ch"),
+    ("shes", "sh"),
+    ("men", "man"),
+    ("ies", "y"),
+)
+
+
+class Resolves(Protocol):
+    """What :class:`WordResolver` needs of a taxonomy."""
+
+    def resolve(self, text: str, prefer: Callable[[str], float] | None = None) -> str: ...
+
+
+class WordResolver:
+    """``taxonomy.resolve`` with a fallback for plurals (``sneakers``, ``trousers``,
+    ``running shoes``): the base forms WordNet's ``morphy`` would try -- its
+    exception list ``noun.exc`` and its suffix rules -- on the last word."""
+
+    def __init__(self, taxonomy: Resolves, wordnet_dir: str | os.PathLike | None = None) -> None:
+        self.taxonomy = taxonomy
+        self.wordnet_dir = wordnet_dir
+        self._exceptions: dict[str, list[str]] | None = None
+
+    def resolve(self, text: str, prefer: Callable[[str], float] | None = None) -> str:
+        try:
+            return self.taxonomy.resolve(text, prefer=prefer)
+        except UnknownLabelError as first:
+            for base in self.base_forms(text):
+                try:
+                    return self.taxonomy.resolve(base, prefer=prefer)
+                except UnknownLabelError:
+                    continue
+            raise first from None
+
+    def base_forms(self, text: str) -> list[str]:
+        words = text.strip().replace("_", " ").split()
+        if not words or len(text) > 200:
+            return []
+        last = words[-1].lower()
+        cands = list(self._noun_exceptions().get(last, ()))
+        for suffix, repl in _MORPHY_RULES:
+            if last.endswith(suffix) and len(last) > len(suffix):
+                cands.append(last[: -len(suffix)] + repl)
+        head = " ".join(words[:-1])
+        return [f"{head} {c}".strip() for c in dict.fromkeys(cands)]
+
+    def _noun_exceptions(self) -> dict[str, list[str]]:
+        if self._exceptions is None:
+            exc: dict[str, list[str]] = {}
+            path = Path(self.wordnet_dir, "noun.exc") if self.wordnet_dir is not None else None
+            if path is not None and path.exists():
+                for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+                    parts = line.split()
+                    if len(parts) >= 2:
+                        exc[parts[0]] = parts[1:]
+            self._exceptions = exc
+        return self._exceptions

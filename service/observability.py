@@ -141,13 +141,13 @@ class _PlainFormatter(logging.Formatter):
 
 
 def setup_logging(level: str = "INFO", as_json: bool = True) -> None:
-    """Send the service's and the index's logs to stderr (idempotent)."""
+    """Send the service's, the index's and the models' logs to stderr (idempotent)."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
         JsonFormatter() if as_json else _PlainFormatter("%(levelname)s %(name)s: %(message)s")
     )
     handler._hypsearch = True  # type: ignore[attr-defined]
-    for name in ("service", "indexing", "service.access"):
+    for name in ("service", "indexing", "models", "service.access"):
         lg = logging.getLogger(name)
         lg.handlers = [h for h in lg.handlers if not getattr(h, "_hypsearch", False)]
         if name != "service.access":

@@ -27,7 +27,8 @@ import torch
 from indexing import HyperbolicIndex
 from models.geometry import poincare_np
 from models.labels import LabelEmbedding
-from models.taxonomy import Taxonomy, UnknownLabelError
+from models.taxonomy import Taxonomy, with_words
+from models.wordnet import WordResolver
 
 log = logging.getLogger("service")
 
@@ -320,18 +321,6 @@ class Runtime:
         self.index.close()
 
 
-#: WordNet's detachment rules for nouns (morphy), tried when a word is unknown.
-_MORPHY_RULES = (
-    ("s", ""),
-    ("ses", "s"),
-    ("xes", "x"),
-    ("zes", "z"),
-    ("ches", "ch"),
-    ("shes", "sh"),
-    ("men", "man"),
-    ("ies", "y"),
-)
-
 _IMAGE_NAME = re.compile(r"^[0-9a-f]{64}\.png$")
 
 
@@ -340,72 +329,6 @@ def _read_pixels(path: Path) -> np.ndarray | None:
 
     pixels, _ = read_picture(str(path))
     return pixels
-
-
-class WordResolver:
-    """``taxonomy.resolve`` with a fallback for plurals (``sneakers``, ``trousers``,
-    ``running shoes``): the base forms WordNet's ``morphy`` would try -- its
-    exception list ``noun.exc`` and its suffix rules -- on the last word."""
-
-    def __init__(self, taxonomy: Taxonomy, wordnet_dir: str | Path | None = None) -> None:
-        self.taxonomy = taxonomy
-        self.wordnet_dir = wordnet_dir
-        self._exceptions: dict[str, list[str]] | None = None
-
-    def resolve(self, text: str, prefer=None) -> str:
-        try:
-            return self.taxonomy.resolve(text, prefer=prefer)
-        except UnknownLabelError as first:
-            for base in self.base_forms(text):
-                try:
-                    return self.taxonomy.resolve(base, prefer=prefer)
-                except UnknownLabelError:
-                    continue
-            raise first from None
-
-    def base_forms(self, text: str) -> list[str]:
-        words = text.strip().replace("_", " ").split()
-        if not words or len(text) > 200:
-            return []
-        last = words[-1].lower()
-        cands = list(self._noun_exceptions().get(last, ()))
-        for suffix, repl in _MORPHY_RULES:
-            if last.endswith(suffix) and len(last) > len(suffix):
-                cands.append(last[: -len(suffix)] + repl)
-        head = " ".join(words[:-1])
-        return [f"{head} {c}".strip() for c in dict.fromkeys(cands)]
-
-    def _noun_exceptions(self) -> dict[str, list[str]]:
-        if self._exceptions is None:
-            exc: dict[str, list[str]] = {}
-            path = Path(self.wordnet_dir, "noun.exc") if self.wordnet_dir is not None else None
-            if path is not None and path.exists():
-                for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-                    parts = line.split()
-                    if len(parts) >= 2:
-                        exc[parts[0]] = parts[1:]
-            self._exceptions = exc
-        return self._exceptions
-
-
-def with_words(taxonomy: Taxonomy, wordnet_dir: str | Path | None) -> Taxonomy:
-    """The taxonomy with WordNet's words and glosses (checkpoints keep only the
-    edges), when every node is a WordNet noun synset; else the taxonomy as is."""
-    if (
-        taxonomy.lemmas is not None
-        or wordnet_dir is None
-        or not Path(wordnet_dir, "data.noun").exists()
-    ):
-        return taxonomy
-    try:
-        full = Taxonomy.from_wordnet(wordnet_dir)
-        if not all(n in full for n in taxonomy.names):
-            return taxonomy
-        words = full.induced(taxonomy.names)
-    except Exception:  # noqa: BLE001 - words are a convenience; synset names still work
-        log.warning("could not read WordNet words from %s", wordnet_dir, exc_info=True)
-        return taxonomy
-    return words if words == taxonomy else taxonomy
 
 
 def open_runtime(settings) -> Runtime:

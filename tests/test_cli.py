@@ -43,16 +43,31 @@ def mammal_files(tmp_path_factory):
     tsv = d / "mammals.tsv"
     labels = d / "mammals.labels"
     assert main(["taxonomy", "wordnet", "--root", "mammal.n.01", "--out", str(tsv), "--json"]) == 0
-    assert main(
-        ["labels", "train", "--taxonomy", str(tsv), "--out", str(labels), "--epochs", "4", "--quiet"]
-    ) == 0
+    assert (
+        main(
+            [
+                "labels",
+                "train",
+                "--taxonomy",
+                str(tsv),
+                "--out",
+                str(labels),
+                "--epochs",
+                "4",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     return tsv, labels
 
 
 @needs_wordnet
 def test_taxonomy_wordnet_writes_closure(capsys, tmp_path):
     out = tmp_path / "m.tsv"
-    rc, stdout, _ = run(capsys, "taxonomy", "wordnet", "--root", "mammal.n.01", "--out", str(out), "--json")
+    rc, stdout, _ = run(
+        capsys, "taxonomy", "wordnet", "--root", "mammal.n.01", "--out", str(out), "--json"
+    )
     assert rc == 0
     result = json.loads(stdout)
     assert result["nodes"] == 1182 and result["edges"] == 6542
@@ -65,7 +80,9 @@ def test_labels_train_eval_export(capsys, mammal_files, tmp_path):
     tsv, labels = mammal_files
     assert labels.exists()
     assert not Path(str(labels) + ".partial").exists()
-    rc, stdout, _ = run(capsys, "labels", "eval", str(labels), "--taxonomy", str(tsv), "--json", "--quiet")
+    rc, stdout, _ = run(
+        capsys, "labels", "eval", str(labels), "--taxonomy", str(tsv), "--json", "--quiet"
+    )
     assert rc == 0
     m = json.loads(stdout)
     assert {"nodes", "edges", "mean_rank", "map"} <= set(m)
@@ -99,7 +116,17 @@ def test_labels_train_resumes_from_partial(capsys, mammal_files, tmp_path):
     with pytest.raises(KeyboardInterrupt):
         train_labels(tax, cfg, checkpoint_path=str(out) + ".partial", on_epoch=stop)
     rc, stdout, err = run(
-        capsys, "labels", "train", "--taxonomy", str(tsv), "--out", str(out), "--epochs", "3", "--json", "--quiet"
+        capsys,
+        "labels",
+        "train",
+        "--taxonomy",
+        str(tsv),
+        "--out",
+        str(out),
+        "--epochs",
+        "3",
+        "--json",
+        "--quiet",
     )
     assert rc == 0, err
     assert "resuming" in err and "epoch 1" in err
@@ -111,12 +138,21 @@ def test_labels_train_resumes_from_partial(capsys, mammal_files, tmp_path):
 @pytest.mark.parametrize(
     "argv, needle",
     [
-        (["labels", "train", "--taxonomy", "{d}/missing.tsv", "--out", "{d}/x"], "missing.tsv: no such file"),
+        (
+            ["labels", "train", "--taxonomy", "{d}/missing.tsv", "--out", "{d}/x"],
+            "missing.tsv: no such file",
+        ),
         (["labels", "train", "--taxonomy", "{d}/bad.tsv", "--out", "{d}/x"], "bad.tsv:2"),
         (["labels", "train", "--taxonomy", "{d}/cycle.tsv", "--out", "{d}/x"], "cycle"),
         (["labels", "train", "--taxonomy", "{d}/ok.tsv", "--out", "{d}/x", "--dim", "0"], "--dim"),
-        (["labels", "train", "--taxonomy", "{d}/ok.tsv", "--out", "{d}/x", "--dim", "1"], "dim must be at least 2"),
-        (["labels", "train", "--taxonomy", "{d}/ok.tsv", "--out", "{d}/x", "--curvature", "-1"], "--curvature"),
+        (
+            ["labels", "train", "--taxonomy", "{d}/ok.tsv", "--out", "{d}/x", "--dim", "1"],
+            "dim must be at least 2",
+        ),
+        (
+            ["labels", "train", "--taxonomy", "{d}/ok.tsv", "--out", "{d}/x", "--curvature", "-1"],
+            "--curvature",
+        ),
         (["labels", "eval", "{d}/trunc.labels", "--json"], "trunc.labels: truncated"),
         (["labels", "eval", "{d}/ok.tsv"], "ok.tsv: "),
         (["labels", "export", "{d}/nothing", "--out", "{d}/y"], "nothing: no such checkpoint"),
@@ -147,7 +183,9 @@ def test_hyperbolicity_of_vectors(capsys, tmp_path):
     pts = rng.standard_normal((200, 5))
     path = tmp_path / "v.npy"
     np.save(path, pts)
-    rc, stdout, _ = run(capsys, "hyperbolicity", "--vectors", str(path), "--json", "--samples", "150")
+    rc, stdout, _ = run(
+        capsys, "hyperbolicity", "--vectors", str(path), "--json", "--samples", "150"
+    )
     assert rc == 0
     r = json.loads(stdout)
     assert r["points"] == 200
@@ -158,7 +196,9 @@ def test_hyperbolicity_of_vectors(capsys, tmp_path):
 
 @pytest.mark.skipif(not os.path.isdir(FMNIST), reason="dataset-fashion-mnist not installed")
 def test_hyperbolicity_of_dataset(capsys):
-    rc, stdout, _ = run(capsys, "hyperbolicity", "--dataset", "fashion-mnist", "--samples", "300", "--json")
+    rc, stdout, _ = run(
+        capsys, "hyperbolicity", "--dataset", "fashion-mnist", "--samples", "300", "--json"
+    )
     assert rc == 0
     r = json.loads(stdout)
     assert r["points"] == 10000 and r["delta"] > 0
@@ -167,7 +207,35 @@ def test_hyperbolicity_of_dataset(capsys):
 def test_console_script_help():
     exe = Path(sys.executable).with_name("hypsearch")
     assert exe.exists(), "the project is not installed (pip install -e .)"
-    for argv in ([], ["labels", "train"], ["taxonomy", "wordnet"], ["labels", "eval"], ["hyperbolicity"]):
+    for argv in (
+        [],
+        ["labels", "train"],
+        ["taxonomy", "wordnet"],
+        ["labels", "eval"],
+        ["hyperbolicity"],
+    ):
         p = subprocess.run([str(exe), *argv, "--help"], capture_output=True, text=True, timeout=120)
         assert p.returncode == 0, p.stderr
         assert "usage: hypsearch" in p.stdout
+
+
+def test_python_m_service_cli_bad_input_exits_2_with_one_line(tmp_path):
+    """``python -m service.cli`` (``__main__``) catches the same user errors as ``main``."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    for argv, needle in (
+        (["serve", "--model", str(tmp_path / "none")], "--model"),
+        (
+            ["index", "build", "--model", str(tmp_path / "none"), "--out", str(tmp_path / "i")],
+            "--model",
+        ),
+        (["labels", "train", "--taxonomy", str(tmp_path / "t.tsv"), "--out", "x"], "--taxonomy"),
+    ):
+        p = subprocess.run(
+            [sys.executable, "-m", "service.cli", *argv],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+        assert p.returncode == 2, p.stderr
+        assert needle in one_line_error(p.stderr) and "no such file" in p.stderr

@@ -523,3 +523,63 @@ def test_pickle_roundtrip(small):
 
     again = pickle.loads(pickle.dumps(small))
     assert again == small and again.hops("penguin", "robot_dog") == 5
+
+
+def test_word_resolver_plurals_through_wordnet_morphology(tmp_path):
+    from models.wordnet import WordResolver
+
+    t = Taxonomy.from_edges(
+        [
+            ("sneaker.n.01", "shoe.n.01"),
+            ("trouser.n.01", "garment.n.01"),
+            ("box.n.01", "garment.n.01"),
+        ]
+    )
+    (tmp_path / "noun.exc").write_text("geese goose\nmice mouse\n")
+    words = WordResolver(t, tmp_path)
+    assert words.resolve("sneakers") == "sneaker.n.01"  # suffix rule s -> ""
+    assert words.resolve("Trousers") == "trouser.n.01"
+    assert words.resolve("boxes") == "box.n.01"  # xes -> x
+    assert words.base_forms("running geese") == ["running goose"]  # noun.exc
+    assert words.base_forms("x" * 201) == []
+    with pytest.raises(UnknownLabelError) as ei:
+        words.resolve("hats")
+    assert ei.value.text == "hats"  # the error of the text asked for, not of a base form
+
+
+def test_with_words_keeps_a_taxonomy_that_is_not_wordnet(tmp_path):
+    from models.taxonomy import with_words
+
+    t = Taxonomy.from_edges([("a", "b")])
+    assert with_words(t, None) is t
+    assert with_words(t, tmp_path) is t  # no data.noun there
+
+
+@needs_wordnet
+def test_with_words_adds_wordnet_words_to_synsets():
+    from models.taxonomy import with_words
+
+    shoes = Taxonomy.from_wordnet(root="shoe.n.01")
+    bare = Taxonomy.from_edges(((c, p) for c in shoes.names for p in shoes.parents(c)), shoes.names)
+    assert bare.lemmas is None and bare == shoes
+    with pytest.raises(UnknownLabelError):
+        bare.resolve("sneaker")
+    rich = with_words(bare, DEFAULT_WORDNET_DIR)
+    assert rich == bare and rich.lemmas is not None
+    assert rich.resolve("sneaker") == "gym_shoe.n.01"
+    # the same nodes with other edges are not WordNet's: kept as they are
+    flat = Taxonomy.from_edges([(n, "shoe.n.01") for n in shoes.names if n != "shoe.n.01"])
+    assert with_words(flat, DEFAULT_WORDNET_DIR) is flat
+
+
+def test_tsv_errors_name_the_file(tmp_path):
+    with pytest.raises(TaxonomyError, match="is a directory"):
+        Taxonomy.from_tsv(tmp_path)
+    bad = tmp_path / "latin1.tsv"
+    bad.write_bytes(b"a\tb\nc\xe9\tb\n")
+    with pytest.raises(TaxonomyError, match=r"latin1\.tsv: not UTF-8 text"):
+        Taxonomy.from_tsv(bad)
+    crlf = tmp_path / "crlf.tsv"
+    crlf.write_bytes(b"# header\r\na\tb\r\nb\tc\r\nc\ta\r\n")
+    with pytest.raises(TaxonomyError, match=r"crlf\.tsv:4: cycle"):
+        Taxonomy.from_tsv(crlf)

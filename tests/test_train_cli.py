@@ -40,32 +40,22 @@ def _one_line_error(capsys, code, *needles):
         assert n in err, err
 
 
+def train_argv(labels, out, *more):
+    """``hypsearch train`` on Fashion-MNIST with these labels and output."""
+    return [
+        *"train --dataset fashion-mnist --labels".split(),
+        str(labels),
+        "--out",
+        str(out),
+        *more,
+    ]
+
+
 @needs_fmnist
 def test_train_and_eval_happy_path(labels_file, tmp_path, capsys):
     out = tmp_path / "model.safetensors"
-    code = main(
-        [
-            "train",
-            "--dataset",
-            "fashion-mnist",
-            "--labels",
-            str(labels_file),
-            "--out",
-            str(out),
-            "--epochs",
-            "1",
-            "--limit",
-            "700",
-            "--batch-size",
-            "64",
-            "--threads",
-            "1",
-            "--holdout",
-            "sandal.n.01",
-            "--json",
-            "--quiet",
-        ]
-    )
+    more = "--epochs 1 --limit 700 --batch-size 64 --threads 1 --holdout sandal.n.01 --json --quiet"
+    code = main(train_argv(labels_file, out, *more.split()))
     captured = capsys.readouterr()
     assert code == 0, captured.err
     r = json.loads(captured.out)
@@ -73,23 +63,8 @@ def test_train_and_eval_happy_path(labels_file, tmp_path, capsys):
     assert r["holdout"] == ["sandal.n.01"] and r["epochs"] == 1 and r["geometry"] == "poincare"
     assert not (tmp_path / "model.safetensors.partial").exists()
 
-    code = main(
-        [
-            "eval",
-            "--model",
-            str(out),
-            "--dataset",
-            "fashion-mnist",
-            "--split",
-            "test",
-            "--limit",
-            "400",
-            "--threads",
-            "1",
-            "--json",
-            "--quiet",
-        ]
-    )
+    more = "--dataset fashion-mnist --split test --limit 400 --threads 1 --json --quiet"
+    code = main(["eval", "--model", str(out), *more.split()])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     m = json.loads(captured.out)
@@ -105,114 +80,30 @@ def test_train_and_eval_happy_path(labels_file, tmp_path, capsys):
 
 def test_train_bad_input(labels_file, tmp_path, capsys):
     out = str(tmp_path / "m.safetensors")
-    _one_line_error(
-        capsys,
-        main(
-            [
-                "train",
-                "--dataset",
-                "fashion-mnist",
-                "--labels",
-                str(tmp_path / "none"),
-                "--out",
-                out,
-                "--quiet",
-            ]
-        ),
-        "--labels",
-        "no such file",
-    )
-    _one_line_error(
-        capsys,
-        main(
-            [
-                "train",
-                "--dataset",
-                "fashion-mnist",
-                "--labels",
-                str(labels_file),
-                "--out",
-                out,
-                "--data-dir",
-                str(tmp_path / "nofolder"),
-                "--quiet",
-            ]
-        ),
-        "nofolder",
-        "no such folder",
-    )
-    _one_line_error(
-        capsys, main(["train", "--labels", str(labels_file), "--out", out, "--quiet"]), "--dataset"
-    )
-    _one_line_error(
-        capsys,
-        main(
-            [
-                "train",
-                "--dataset",
-                "fashion-mnist",
-                "--labels",
-                str(labels_file),
-                "--out",
-                out,
-                "--epochs",
-                "-1",
-            ]
-        ),
-        "--epochs",
-    )
+    code = main(train_argv(tmp_path / "none", out, "--quiet"))
+    _one_line_error(capsys, code, "--labels", "no such file")
+    code = main(train_argv(labels_file, out, "--data-dir", str(tmp_path / "nofolder"), "--quiet"))
+    _one_line_error(capsys, code, "nofolder", "no such folder")
+    code = main(["train", "--labels", str(labels_file), "--out", out, "--quiet"])
+    _one_line_error(capsys, code, "--dataset")
+    _one_line_error(capsys, main(train_argv(labels_file, out, "--epochs", "-1")), "--epochs")
     (tmp_path / "junk.safetensors").write_bytes(b"\x00" * 100)
-    _one_line_error(
-        capsys,
-        main(
-            [
-                "train",
-                "--dataset",
-                "fashion-mnist",
-                "--labels",
-                str(tmp_path / "junk.safetensors"),
-                "--out",
-                out,
-                "--quiet",
-            ]
-        ),
-        "junk.safetensors",
-    )
+    code = main(train_argv(tmp_path / "junk.safetensors", out, "--quiet"))
+    _one_line_error(capsys, code, "junk.safetensors")
     assert not os.path.exists(out)
 
 
 @needs_fmnist
 def test_train_bad_holdout_and_eval_bad_model(labels_file, tmp_path, capsys):
     out = str(tmp_path / "m.safetensors")
-    _one_line_error(
-        capsys,
-        main(
-            [
-                "train",
-                "--dataset",
-                "fashion-mnist",
-                "--labels",
-                str(labels_file),
-                "--out",
-                out,
-                "--holdout",
-                "hat.n.01",
-                "--quiet",
-            ]
-        ),
-        "--holdout hat.n.01",
-    )
+    code = main(train_argv(labels_file, out, "--holdout", "hat.n.01", "--quiet"))
+    _one_line_error(capsys, code, "--holdout hat.n.01")
     assert not os.path.exists(out)
-    _one_line_error(
-        capsys,
-        main(
-            ["eval", "--model", str(labels_file), "--dataset", "fashion-mnist", "--json", "--quiet"]
-        ),
-        "expected a 'model' checkpoint",
+    code = main(
+        ["eval", "--model", str(labels_file), "--dataset", "fashion-mnist", "--json", "--quiet"]
     )
-    _one_line_error(
-        capsys,
-        main(["eval", "--model", str(tmp_path / "absent"), "--dataset", "fashion-mnist", "--json"]),
-        "--model",
-        "no such file",
+    _one_line_error(capsys, code, "expected a 'model' checkpoint")
+    code = main(
+        ["eval", "--model", str(tmp_path / "absent"), "--dataset", "fashion-mnist", "--json"]
     )
+    _one_line_error(capsys, code, "--model", "no such file")

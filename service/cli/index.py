@@ -1,0 +1,137 @@
+"""``hypsearch index build``: embed a data set split, a folder or a manifest into an index."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .argtypes import nonneg_int, positive_int
+from .common import add_common, command, emit, need_file, subcommands
+from .errors import CliError
+
+_BUILD_HELP = "embed a data set split, a folder or a manifest into an index (resumable)"
+
+_BUILD_DESCRIPTION = (
+    "Embed pictures with the model (multi-worker loader, batched inference) and "
+    "add them to the index folder OUT, creating it when missing. Every batch is durable "
+    "before the next is read; running the command again skips the ids already indexed. "
+    "Unreadable files are skipped and listed, not fatal."
+)
+
+
+def cmd_index_build(args: argparse.Namespace) -> int:
+    import torch
+
+    from indexing import HyperbolicIndex, IndexInputError, IndexStoreError
+    from indexing.build import BuildInputError, build_index, plan_dataset, plan_path
+    from models.data import read_class_map
+    from models.image_model import ImageModel
+
+    torch.set_num_threads(args.threads)
+    need_file("--model", args.model)
+    if args.images is None and args.dataset is None:
+        raise CliError("give --dataset fashion-mnist (with --split) or --images DIR|MANIFEST.csv")
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise CliError(f"--out {out}: exists and is not a folder")
+    if args.images is not None and not Path(args.images).exists():
+        raise CliError(f"--images {args.images}: no such file or folder")
+    model = ImageModel.load(args.model)
+    if getattr(model, "geometry", "poincare") != "poincare":
+        raise CliError(
+            f"--model {args.model}: a {model.geometry} model cannot fill a Poincaré index"
+        )
+    class_map = read_class_map(args.class_map) if args.class_map else None
+    try:
+        if args.images is not None:
+            from models.taxonomy import with_words
+            from models.wordnet import WordResolver
+
+            words = WordResolver(
+                with_words(model.labels.taxonomy, args.wordnet_dir), args.wordnet_dir
+            )
+            plan = plan_path(args.images, taxonomy=words, class_map=class_map)
+            where = args.images
+        else:
+            plan = plan_dataset(args.dataset, args.split, args.data_dir)
+            where = f"{args.dataset} {args.split}"
+    except BuildInputError as e:
+        raise CliError(str(e)) from None
+    if args.limit is not None:
+        plan.sources = plan.sources[: args.limit]
+    try:
+        if (out / "store.sqlite3").exists():
+            index = HyperbolicIndex.load(out)
+        else:
+            index = HyperbolicIndex(dim=model.dim, curvature=model.curvature, path=out)
+    except (IndexStoreError, IndexInputError) as e:
+        raise CliError(f"--out {out}: {e}") from None
+    if index.dim != model.dim or abs(index.curvature - model.curvature) > 1e-12:
+        index.close()
+        raise CliError(
+            f"--out {out}: holds an index of dimension {index.dim} and curvature "
+            f"{index.curvature:g}; the model embeds into dimension {model.dim}, "
+            f"curvature {model.curvature:g}"
+        )
+    try:
+        report = build_index(
+            model,
+            index,
+            plan,
+            batch_size=args.batch_size,
+            workers=args.workers,
+            progress=not args.quiet,
+            resume=True,
+        )
+        index.save()
+        items = len(index)
+    finally:
+        index.close()
+    result = report.as_dict() | {"out": str(out), "items": items, "model": model.version}
+
+    def human(r: dict) -> str:
+        lines = [
+            f"indexed {r['indexed']} of {r['total']} images from {where} in {r['seconds']:.1f} s "
+            f"({r['images_per_second']:.0f} images/s); {out} holds {r['items']} items"
+        ]
+        if r["skipped"]:
+            lines.append(
+                "skipped: " + ", ".join(f"{n} {why}" for why, n in sorted(r["skipped"].items()))
+            )
+            unread = [e for e in r["skipped_examples"] if e["reason"] != "already indexed"]
+            for e in unread[:20]:
+                lines.append(f"  {e['source']}: {e['reason']}")
+            if len(unread) > 20:
+                lines.append(f"  ... ({len(unread) - 20} more listed with --json)")
+        return "\n".join(lines)
+
+    return emit(args, result, human)
+
+
+def add_commands(sub) -> None:
+    """Add ``index build`` to the ``hypsearch`` subparsers."""
+    from models.data import DEFAULT_FASHION_MNIST_DIR
+    from models.wordnet import DEFAULT_WORDNET_DIR
+
+    ix = subcommands(sub, "index", "build indexes", "index_command")
+    b = command(ix, "build", cmd_index_build, _BUILD_HELP, _BUILD_DESCRIPTION)
+    b.add_argument("--model", required=True, help="image model checkpoint")
+    src = b.add_mutually_exclusive_group()
+    src.add_argument("--dataset", choices=["fashion-mnist"], help="a built-in data set")
+    src.add_argument(
+        "--images", help="a folder DIR/<class>/<images> or a CSV manifest id,path[,label]"
+    )
+    b.add_argument("--split", default="test", choices=["train", "test"])
+    b.add_argument("--data-dir", default=DEFAULT_FASHION_MNIST_DIR)
+    b.add_argument("--class-map", help="class<TAB>taxonomy node per line (for --images)")
+    b.add_argument(
+        "--wordnet-dir", default=DEFAULT_WORDNET_DIR, help="WordNet words for class names (sneaker)"
+    )
+    b.add_argument("--out", required=True, help="index folder")
+    b.add_argument("--batch-size", type=positive_int, default=256)
+    b.add_argument("--workers", type=nonneg_int, default=2, help="data loader worker processes")
+    b.add_argument(
+        "--limit", type=positive_int, default=None, help="index only the first N pictures"
+    )
+    b.add_argument("--threads", type=positive_int, default=2, help="torch threads")
+    add_common(b)

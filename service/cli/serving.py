@@ -1,0 +1,187 @@
+"""``hypsearch serve`` and ``hypsearch demo``: the REST service and web page."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from .argtypes import nonneg_int, positive_int
+from .common import add_common, command, emit, home, need_file
+from .errors import CliError
+
+_SERVE_HELP = "the REST service and web page over a model and an index"
+
+_SERVE_DESCRIPTION = (
+    "Serve the REST API (docs at /docs) and the web page (/) over an image model "
+    "and an index folder (created empty when missing). Every option can also be set by an "
+    "environment variable HYPSEARCH_<OPTION> (HYPSEARCH_API_KEY, HYPSEARCH_DATA_ROOTS, "
+    "HYPSEARCH_MAX_UPLOAD_BYTES, HYPSEARCH_BATCH_MAX_SIZE, ...; see the README)."
+)
+
+_DEMO_HELP = "build the default artifacts under $HYPSEARCH_HOME (reused when present), then serve"
+
+_DEMO_DESCRIPTION = (
+    "Train the default label embeddings and image model, build the index of the "
+    "Fashion-MNIST test split (each reused from $HYPSEARCH_HOME when present), then serve the "
+    "web page and the API on http://HOST:PORT."
+)
+
+
+def serve(settings, *, runtime=None, announce: str | None = None) -> int:
+    """Run uvicorn on ``settings.host:port`` until interrupted; 2 when loading fails."""
+    import uvicorn
+
+    from service.app import create_app
+
+    _check_port(settings.host, settings.port)
+    app = create_app(settings, runtime=runtime, owns_runtime=True)
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level="warning",
+        access_log=False,  # the service writes its own access log (with request ids)
+        lifespan="on",
+        timeout_graceful_shutdown=10,
+    )
+    server = uvicorn.Server(config)
+    services = app.state.services
+
+    def failed(_message: str) -> None:
+        server.should_exit = True
+
+    services.extra["on_load_error"] = failed
+    if announce:
+        services.extra["announce"] = announce
+    try:
+        server.run()
+    except SystemExit:  # uvicorn exits this way when it cannot start
+        pass
+    loader = services.extra.get("loader")
+    if loader is not None:  # never leave the interpreter while torch is loading
+        loader.join(60)
+    if services.load_error:
+        raise CliError(services.load_error)
+    if not server.started:
+        raise CliError(f"could not listen on {settings.host}:{settings.port}")
+    return 0
+
+
+def _check_port(host: str, port: int) -> None:
+    """Refuse a port already in use before anything starts (exit 2, one line)."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            raise CliError(f"--port {port}: cannot listen on {host} ({e.strerror})") from None
+
+
+def _url_host(host: str) -> str:
+    if host in ("0.0.0.0", "::", ""):
+        return "127.0.0.1"
+    return f"[{host}]" if ":" in host else host
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from pydantic import ValidationError
+
+    from service.settings import get_settings
+
+    if args.model is not None:
+        need_file("--model", args.model)
+    if args.labels is not None:
+        need_file("--labels", args.labels)
+    if args.index is not None:
+        p = Path(args.index)
+        if p.exists() and not p.is_dir():
+            raise CliError(f"--index {args.index}: not a folder")
+    try:
+        settings = get_settings(
+            model=args.model,
+            labels=args.labels,
+            index=args.index,
+            host=args.host,
+            port=args.port,
+            data_roots=args.data_roots,
+            torch_threads=args.threads,
+            log_level=args.log_level,
+        )
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(p) for p in err.get("loc", ())) or "settings"
+        raise CliError(f"{where}: {err.get('msg')}") from None
+    if settings.model is None and settings.labels is None:
+        raise CliError("give --model MODEL (or --labels LABELS for a service without image search)")
+    url = f"http://{_url_host(settings.host)}:{settings.port}"
+    return serve(
+        settings, announce=f"hypsearch: serving on {url} (page {url}/, API docs {url}/docs)"
+    )
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Default artifacts under $HYPSEARCH_HOME (built once, then reused), then serve."""
+    import torch
+
+    from models.defaults import run_default_pipeline
+    from service.settings import get_settings
+
+    torch.set_num_threads(1)
+    where = home()
+    summary = run_default_pipeline(where, progress=not args.quiet, threads=args.threads)
+    print(summary["message"], file=sys.stderr)
+    if args.no_serve:
+        return emit(args, summary, lambda r: r["message"])
+    settings = get_settings(
+        home=where,
+        model=summary.get("model"),
+        labels=None if summary.get("model") else summary.get("labels"),
+        index=summary.get("index"),
+        host=args.host,
+        port=args.port,
+        data_roots=os.environ.get("HYPSEARCH_DATA_ROOTS") or str(where / "data"),
+    )
+    (where / "data").mkdir(parents=True, exist_ok=True)
+    url = f"http://{_url_host(args.host)}:{args.port}"
+    return serve(
+        settings, announce=f"hypsearch demo: open {url}/ (API docs {url}/docs); Ctrl-C stops"
+    )
+
+
+def add_serve(sub) -> None:
+    """Add ``serve`` to the ``hypsearch`` subparsers."""
+    sv = command(sub, "serve", cmd_serve, _SERVE_HELP, _SERVE_DESCRIPTION)
+    sv.add_argument("--model", help="image model checkpoint (default $HYPSEARCH_MODEL)")
+    sv.add_argument(
+        "--labels", help="label checkpoint, for a service without a model (no image search)"
+    )
+    sv.add_argument("--index", help="index folder (default $HYPSEARCH_INDEX or var/index)")
+    sv.add_argument("--host", default=None, help="address to listen on (default 127.0.0.1)")
+    sv.add_argument("--port", type=nonneg_int, default=None, help="port (default 8000)")
+    sv.add_argument(
+        "--data-roots", default=None, help="folders index jobs may read (os.pathsep or , separated)"
+    )
+    sv.add_argument("--threads", type=positive_int, default=None, help="torch threads (default 1)")
+    sv.add_argument("--log-level", default=None, help="DEBUG, INFO (default), WARNING, ERROR")
+
+
+def add_demo(sub) -> None:
+    """Add ``demo`` to the ``hypsearch`` subparsers."""
+    dm = command(sub, "demo", cmd_demo, _DEMO_HELP, _DEMO_DESCRIPTION)
+    dm.add_argument("--host", default="127.0.0.1")
+    dm.add_argument("--port", type=positive_int, default=8000)
+    dm.add_argument(
+        "--threads",
+        type=positive_int,
+        default=None,
+        help="torch threads for training the image model and indexing (default: the "
+        "training default, 1; label training and serving use 1)",
+    )
+    dm.add_argument("--no-serve", action="store_true", help="build the artifacts, then exit")
+    add_common(dm)
