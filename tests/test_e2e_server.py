@@ -17,10 +17,10 @@ import torch
 from tests.test_service_support import (
     Server,
     artifacts,
-    fill_index,
     fmnist_test_split,
     needs_data,
     png_bytes,
+    write_index,
 )
 
 pytestmark = needs_data
@@ -28,16 +28,11 @@ pytestmark = needs_data
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    from indexing import HyperbolicIndex
-
     torch.set_num_threads(1)
     art = artifacts(tmp_path_factory)
     assert art.model_path is not None, "the image model checkpoint could not be written"
     folder = tmp_path_factory.mktemp("e2e")
-    index = HyperbolicIndex(dim=art.model.dim, curvature=art.model.curvature, path=folder / "index")
-    fill_index(index, art.model, 1000)
-    index.save()
-    index.close()
+    write_index(art, folder / "index", 1000)
     return art, folder
 
 
