@@ -118,12 +118,12 @@ def _start(services: Services, runtime: Runtime) -> None:
 
 
 def _freeze_gc() -> None:
-    """Move everything loaded (model, taxonomy, words, index: some 240,000 objects for
-    the Fashion-MNIST demo) into the garbage collector's permanent generation.
-    Without it, every full collection under load scanned them all: 120-150 ms
-    pauses of the whole process (three in 20 s of load, measured), each one a
-    latency spike for every request in flight. Done once, after loading, by apps that load their own
-    artifacts (tests that hand in a runtime are left alone)."""
+    """Move everything loaded (model, taxonomy, words, index: hundreds of thousands of
+    objects for the Fashion-MNIST demo) into the garbage collector's permanent
+    generation. Without it, every full collection under load scanned them all:
+    pauses of the whole process, each one a latency spike for every request in
+    flight (service/README.md has the numbers). Done once, after loading, by apps
+    that load their own artifacts (tests that hand in a runtime are left alone)."""
     gc.collect()
     gc.freeze()
 

@@ -104,21 +104,15 @@ def resolve_label(rt: Runtime, text: str, field: str = "label", status: int = 42
         raise unknown_label(field, e, status) from None
 
 
-def query_of(request: SearchIn | ImageSearchParams, settings) -> Query:
+def query_of(req: SearchIn | ImageSearchParams, settings) -> Query:
     """The :class:`Query` of a validated request, its window checked against the
     settings (a 422 before any work). For a picture, the caller sets ``point`` and
     ``point_label`` once the picture is embedded."""
-    check_window(request.k, request.offset, settings)
-    query = Query(
-        k=request.k,
-        offset=request.offset,
-        mode=request.mode,
-        under=request.under,
-        per_level=request.per_level,
-    )
-    if isinstance(request, SearchIn):
-        query.vector, query.label, query.item_id = request.vector, request.label, request.id
-    return query
+    check_window(req.k, req.offset, settings)
+    q = Query(k=req.k, offset=req.offset, mode=req.mode, under=req.under, per_level=req.per_level)
+    if isinstance(req, SearchIn):
+        q.vector, q.label, q.item_id = req.vector, req.label, req.id
+    return q
 
 
 def query_point(

@@ -146,6 +146,7 @@ _WRITE_ERRORS = {
     422: {"model": ErrorOut},
     503: {"model": ErrorOut},
 }
+_DELETE_ERRORS = {**_WRITE_ERRORS, 404: {"model": ErrorOut}}
 
 
 @router.put(
@@ -217,7 +218,7 @@ async def put_item(request: Request, rt: RuntimeDep, svc: ServicesDep, item_id: 
     response_model=DeletedOut,
     summary="Delete one item",
     dependencies=[WriteAccess],
-    responses={**_WRITE_ERRORS, 404: {"model": ErrorOut}},
+    responses=_DELETE_ERRORS,
 )
 def delete_item(rt: RuntimeDep, item_id: ItemId) -> DeletedOut:
     """Answered once the delete is durable; 404 when there is no such item."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, File, Query, Response, UploadFile
+from fastapi import APIRouter, Depends, File, Query, Response, UploadFile
 from starlette.concurrency import run_in_threadpool
 
 from .. import searching
@@ -37,7 +37,23 @@ UPLOAD_ERRORS = {
     415: {"model": ErrorOut, "description": "not a picture in a supported format"},
 }
 
+#: both searches answer a SearchOut as :func:`service.pipeline.answer_json` writes it
+#: (unset fields left out); the declaration is for the OpenAPI document
+SEARCH_ANSWER: dict = {"response_model": SearchOut, "response_model_exclude_unset": True}
+
 IMAGE_DESCRIPTION = "a picture: PNG or JPEG (WebP, GIF and BMP are read too)"
+
+
+async def read_upload(
+    file: Annotated[UploadFile, File(description=IMAGE_DESCRIPTION)], settings: SettingsDep
+) -> bytes:
+    """The uploaded file's bytes, one over the limit at most (the pipeline's
+    :func:`service.pipeline.check_upload_size` then answers 413)."""
+    return await file.read(settings.max_upload_bytes + 1)
+
+
+#: the multipart field ``file`` of the upload routes, read
+Upload = Annotated[bytes, Depends(read_upload)]
 
 
 def _json(payload: bytes) -> Response:
@@ -52,8 +68,7 @@ async def _respond(rt: Runtime, ans: searching.Answer, disk: bool) -> Response:
 
 @router.post(
     "/search",
-    response_model=SearchOut,
-    response_model_exclude_unset=True,
+    **SEARCH_ANSWER,
     summary="Search by vector, label name or item id",
     responses=ERRORS,
 )
@@ -71,15 +86,9 @@ async def search(
     return await _respond(rt, await search_request(settings, searcher, body), body.disk)
 
 
-async def _read(file: UploadFile, settings) -> bytes:
-    """The upload's bytes, one over the limit at most (:func:`check_upload_size` then says 413)."""
-    return await file.read(settings.max_upload_bytes + 1)
-
-
 @router.post(
     "/search/image",
-    response_model=SearchOut,
-    response_model_exclude_unset=True,
+    **SEARCH_ANSWER,
     summary="Search by an uploaded picture",
     responses=UPLOAD_ERRORS,
 )
@@ -88,13 +97,13 @@ async def search_image(
     settings: SettingsDep,
     batcher: BatcherDep,
     searcher: SearcherDep,
-    file: Annotated[UploadFile, File(description=IMAGE_DESCRIPTION)],
+    data: Upload,
     params: Annotated[ImageSearchParams, Query()],
 ) -> SearchOut:
     """The picture is embedded by the model (micro-batched with concurrent
     requests); `query.label` is the nearest label prototype among the labels
     that indexed items carry."""
-    ans = await search_picture(rt, settings, batcher, searcher, params, await _read(file, settings))
+    ans = await search_picture(rt, settings, batcher, searcher, params, data)
     return await _respond(rt, ans, params.disk)
 
 
@@ -105,15 +114,12 @@ async def search_image(
     responses=UPLOAD_ERRORS,
 )
 async def embed(
-    rt: RuntimeDep,
-    settings: SettingsDep,
-    batcher: BatcherDep,
-    file: Annotated[UploadFile, File(description=IMAGE_DESCRIPTION)],
+    data: Upload, rt: RuntimeDep, settings: SettingsDep, batcher: BatcherDep
 ) -> EmbedOut:
     """`labels` are the 5 nearest nodes of the whole taxonomy (not only the
     labels in use): a coarse answer such as `shoe.n.01` is a right answer for
     an unseen kind of shoe."""
-    x, _ = await embed_upload(rt, settings, batcher, await _read(file, settings))
+    x, _ = await embed_upload(rt, settings, batcher, data)
     return await run_in_threadpool(_embed_out, rt, x)
 
 
