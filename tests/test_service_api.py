@@ -467,6 +467,16 @@ def test_upload_size_limit(rt, picture):
         big = b"\x89PNG" + b"\x00" * 200_000  # over the body cap: refused before parsing
         r = c.post("/v1/embed", files={"file": ("s.png", big, "image/png")})
         assert r.status_code == 413 and "limit" in _detail(r)
+        # one upload rule: every route that takes a picture answers the same 413
+        files = {"file": ("s.png", picture, "image/png")}
+        answers = [
+            c.post("/v1/search/image", files=files),
+            c.post("/v1/embed", files=files),
+            c.put("/v1/items/too-big", files=files),
+        ]
+        assert [a.status_code for a in answers] == [413] * 3
+        assert len({a.content for a in answers}) == 1, [a.text for a in answers]
+        assert c.get("/v1/items/too-big").status_code == 404
 
 
 def test_api_key_guards_writes_only(rt):

@@ -315,6 +315,31 @@ def test_fast_path_under_concurrent_clients(rt):
 # ---------------------------------------------------------------- the fast path for pictures
 
 
+def test_one_parser_for_the_image_route_and_the_fast_path(rt):
+    """The route declares exactly the parameters of ImageSearchParams (the model the
+    fast path validates), and both build their Query with searching.query_of."""
+    from service import searching
+    from service.errors import ApiError
+    from service.schemas import ImageSearchParams, SearchIn
+    from service.settings import Settings
+
+    with app_client(rt) as c:
+        doc = c.get("/openapi.json").json()
+    params = doc["paths"]["/v1/search/image"]["post"]["parameters"]
+    assert [p["name"] for p in params] == list(ImageSearchParams.model_fields)
+    assert all(p["in"] == "query" for p in params)
+    settings = Settings(index=rt.index.path)
+    q = searching.query_of(
+        ImageSearchParams(k=4, offset=2, mode="hierarchical", under="footwear"), settings
+    )
+    assert q == searching.Query(k=4, offset=2, mode="hierarchical", under="footwear")
+    q = searching.query_of(SearchIn(id="fashion-mnist-test-3", k=7, per_level=2), settings)
+    assert q == searching.Query(k=7, item_id="fashion-mnist-test-3", per_level=2)
+    with pytest.raises(ApiError) as err:
+        searching.query_of(SearchIn(label="coat", k=20), Settings(index=rt.index.path, max_k=10))
+    assert err.value.status == 422 and "k:" in err.value.detail
+
+
 @pytest.fixture(scope="module")
 def pictures():
     from tests.test_service_support import fmnist_test_split, png_bytes
