@@ -113,15 +113,17 @@ def _start(services: Services, runtime: Runtime) -> None:
     services.metrics.items.set_function(lambda: len(runtime))
     services.metrics.ready.set(1)
     services.ready.set()
+    if services.announce:
+        print(services.announce, file=sys.stderr, flush=True)
 
 
 def _freeze_gc() -> None:
-    """Move everything loaded (model, taxonomy, words, index: some 240,000 objects for
-    the Fashion-MNIST demo) into the garbage collector's permanent generation.
-    Without it, every full collection under load scanned them all: 120-150 ms
-    pauses of the whole process (three in 20 s of load, measured), each one a
-    latency spike for every request in flight. Done once, after loading, by apps that load their own
-    artifacts (tests that hand in a runtime are left alone)."""
+    """Move everything loaded (model, taxonomy, words, index: hundreds of thousands of
+    objects for the Fashion-MNIST demo) into the garbage collector's permanent
+    generation. Without it, every full collection under load scanned them all:
+    pauses of the whole process, each one a latency spike for every request in
+    flight (service/README.md has the numbers). Done once, after loading, by apps
+    that load their own artifacts (tests that hand in a runtime are left alone)."""
     gc.collect()
     gc.freeze()
 
@@ -139,13 +141,9 @@ def _load(services: Services) -> None:
         _freeze_gc()  # before /readyz turns 200: the one full collection is not under load
         _start(services, rt)
         log.info("ready: %d items, dim %d, model %s", len(rt), rt.dim, rt.model_version)
-        announce = services.extra.get("announce")
-        if announce:
-            print(announce, file=sys.stderr, flush=True)
         return
-    hook = services.extra.get("on_load_error")
-    if hook is not None:
-        hook(services.load_error)
+    if services.on_load_error is not None:
+        services.on_load_error(services.load_error)
 
 
 def create_app(
@@ -170,11 +168,9 @@ def create_app(
         services.jobs = JobManager(lambda: services.runtime, settings, metrics)
         if runtime is not None:
             _start(services, runtime)
-            if services.extra.get("announce"):
-                print(services.extra["announce"], file=sys.stderr, flush=True)
         else:
             loader = threading.Thread(target=_load, args=(services,), name="load", daemon=True)
-            services.extra["loader"] = loader
+            services.loader = loader
             loader.start()
         try:
             yield

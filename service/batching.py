@@ -66,9 +66,6 @@ class MicroBatcher:
         self._q.put((image, fut))
         return fut
 
-    def embed_one(self, image: np.ndarray, timeout: float | None = 60.0):
-        return self.submit(image).result(timeout=timeout)
-
     async def run(self, item):
         """The item's result, awaited on the event loop (no thread of the caller blocks)."""
         return await asyncio.wrap_future(self.submit(item))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hmac
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -26,6 +27,11 @@ from .observability import Metrics
 from .runtime import Runtime
 from .settings import Settings
 
+NO_MODEL = "no image model is loaded (start the service with --model / HYPSEARCH_MODEL)"
+#: HTTP answers say only this of why loading failed: the error names artifact
+#: paths, so it goes to the log (and to ``hypsearch serve``'s exit message) only
+SEE_THE_LOG = "the service log says why"
+
 
 @dataclass
 class Services:
@@ -37,10 +43,16 @@ class Services:
     runtime: Runtime | None = None
     batcher: MicroBatcher | None = None  # image embeddings
     searcher: MicroBatcher | None = None  # searches (searching.search_many)
+    #: why loading failed, in full (paths included): logged, never answered
     load_error: str | None = None
     owns_runtime: bool = True
     ready: threading.Event = field(default_factory=threading.Event)
-    extra: dict[str, Any] = field(default_factory=dict)
+    #: printed on stderr once the service is ready (``hypsearch serve``'s banner)
+    announce: str | None = None
+    #: called with :attr:`load_error` when loading fails (``hypsearch serve`` stops)
+    on_load_error: Callable[[str], None] | None = None
+    #: the thread loading the artifacts, while the app loads its own
+    loader: threading.Thread | None = None
 
 
 async def get_services(request: Request) -> Services:
@@ -61,7 +73,7 @@ async def get_runtime(services: ServicesDep) -> Runtime:
     rt = services.runtime
     if rt is None:
         if services.load_error:
-            raise ApiError(503, f"the service could not load its artifacts: {services.load_error}")
+            raise ApiError(503, f"the service could not load its artifacts ({SEE_THE_LOG})")
         raise ApiError(503, "the model and the index are still loading; retry shortly")
     return rt
 
@@ -78,9 +90,7 @@ IndexDep = Annotated[HyperbolicIndex, Depends(get_index)]
 
 async def get_model(rt: RuntimeDep):
     if rt.model is None:
-        raise ApiError(
-            503, "no image model is loaded (start the service with --model / HYPSEARCH_MODEL)"
-        )
+        raise ApiError(503, NO_MODEL)
     return rt.model
 
 

@@ -4,16 +4,15 @@
 FastAPI's machinery around one search (routing over every route, the
 exception and exit-stack middleware, solving the dependency graph, reading and
 validating the parameters) cost about as much CPU as the search itself
-(measured under load, profiled: ``solve_dependencies`` alone was a third of the
-event loop's time). :class:`SearchFastPath` sits inside
+(under load; solving the dependencies the largest part). :class:`SearchFastPath` sits inside
 :class:`service.observability.RequestMiddleware` (request id, access log,
 latency metrics and the body cap still apply) and answers a well-formed search
-itself, with what the routes use: the same validation
-(:class:`service.schemas.SearchIn`; for pictures :class:`ImageSearchParams`,
-the route's query parameters, and the same upload limits and decoding), the
-same micro-batched embedding and batched search (the app's batchers,
-:func:`service.searching.search_many`), the same response model and
-serialisation (:func:`service.routes.search.answer_json`).
+itself, with what the routes call: the same request models
+(:class:`service.schemas.SearchIn`; for pictures
+:class:`service.schemas.ImageSearchParams`, the route's query parameters) and
+then the same functions of :mod:`service.pipeline` (the query, the upload
+limits and decoding, the micro-batched embedding and batched search, the
+response body).
 
 Anything else goes to the app unchanged, with the body replayed: another path
 or method, a body that is not a small JSON or multipart one, parameters that do
@@ -26,13 +25,14 @@ it off.
 
 from __future__ import annotations
 
-from typing import Annotated
 from urllib.parse import parse_qsl
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
+from starlette.datastructures import UploadFile
+from starlette.requests import Request
 
-from . import searching
-from .schemas import Mode, SearchIn
+from .pipeline import answer_json, search_picture, search_request
+from .schemas import ImageSearchParams, SearchIn
 
 PATH = "/v1/search"
 IMAGE_PATH = "/v1/search/image"
@@ -40,20 +40,6 @@ IMAGE_PATH = "/v1/search/image"
 #: the pictures the model reads; larger uploads take the route, which decodes them
 #: in the thread pool)
 MAX_BODY = 256 * 1024
-
-
-class ImageSearchParams(BaseModel):
-    """The query parameters of ``POST /v1/search/image`` (as the route declares them;
-    unknown parameters are ignored, as FastAPI does)."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    k: Annotated[int, Field(ge=1, le=1000)] = 10
-    mode: Mode = "nearest"
-    offset: Annotated[int, Field(ge=0, le=9999)] = 0
-    under: Annotated[str | None, Field(min_length=1, max_length=300)] = None
-    per_level: Annotated[int | None, Field(ge=1, le=1000)] = None
-    disk: bool = False
 
 
 def single_file_part(content_type: bytes, body: bytes) -> bytes | None:
@@ -176,37 +162,20 @@ class SearchFastPath:
 
     async def _search(self, scope, body: bytes) -> bytes | None:
         """The JSON of the answer, or ``None`` to let the route answer; errors raise."""
-        from .routes.search import answer_json
-
         try:
             req = SearchIn.model_validate_json(body)
         except (ValidationError, ValueError):
             return None
         if req.disk:
             return None
-        rt = self.services.runtime
-        searching.check_window(req.k, req.offset, self.services.settings)
-        query = searching.Query(
-            k=req.k,
-            offset=req.offset,
-            mode=req.mode,
-            under=req.under,
-            per_level=req.per_level,
-            vector=req.vector,
-            label=req.label,
-            item_id=req.id,
-        )
-        return answer_json(rt, await self.services.searcher.run(query))
+        services = self.services
+        ans = await search_request(services.settings, services.searcher, req)
+        return answer_json(services.runtime, ans)
 
     async def _image_search(self, scope, body: bytes) -> bytes | None:
-        from starlette.datastructures import UploadFile
-        from starlette.requests import Request
-
-        from .routes.search import answer_json, embed_bytes
-
         services = self.services
-        rt, settings, batcher = services.runtime, services.settings, services.batcher
-        if batcher is None or rt.model is None:
+        rt = services.runtime
+        if services.batcher is None or rt.model is None:
             return None
         try:
             params = ImageSearchParams.model_validate(
@@ -224,21 +193,10 @@ class SearchFastPath:
                 if len(files) != 1 or not isinstance(files[0], UploadFile):
                     return None
                 data = await files[0].read()
-        if len(data) > settings.max_upload_bytes:
-            return None
-        searching.check_window(params.k, params.offset, settings)
-        z, qlabel = await embed_bytes(data, settings, batcher)
-        x = searching.check_vector(rt, z, "file")
-        query = searching.Query(
-            k=params.k,
-            offset=params.offset,
-            mode=params.mode,
-            under=params.under,
-            per_level=params.per_level,
-            point=x,
-            point_label=qlabel,
+        ans = await search_picture(
+            rt, services.settings, services.batcher, services.searcher, params, data
         )
-        return answer_json(rt, await services.searcher.run(query))
+        return answer_json(rt, ans)
 
 
 def _replay(body: bytes, receive):

@@ -55,6 +55,20 @@ _ID_PREFIX = uuid.uuid4().hex[:16]
 _ID_COUNTER = itertools.count(1)
 
 
+def _batch_histograms(registry, kind: str, size_help: str, seconds_help: str):
+    """``hypsearch_<kind>_batch_size`` and ``hypsearch_<kind>_batch_seconds``."""
+    size = Histogram(
+        f"hypsearch_{kind}_batch_size",
+        size_help,
+        buckets=(1, 2, 4, 8, 16, 32, 64, 128),
+        registry=registry,
+    )
+    seconds = Histogram(
+        f"hypsearch_{kind}_batch_seconds", seconds_help, buckets=_LATENCY_BUCKETS, registry=registry
+    )
+    return size, seconds
+
+
 class Metrics:
     """The app's Prometheus collectors, in their own registry."""
 
@@ -69,29 +83,11 @@ class Metrics:
             registry=r,
         )
         self.items = Gauge("hypsearch_index_items", "Live items in the index", registry=r)
-        self.batch_size = Histogram(
-            "hypsearch_embed_batch_size",
-            "Images per embedding micro-batch",
-            buckets=(1, 2, 4, 8, 16, 32, 64, 128),
-            registry=r,
+        self.batch_size, self.batch_seconds = _batch_histograms(
+            r, "embed", "Images per embedding micro-batch", "Forward time of one micro-batch"
         )
-        self.batch_seconds = Histogram(
-            "hypsearch_embed_batch_seconds",
-            "Forward time of one micro-batch",
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.search_batch_size = Histogram(
-            "hypsearch_search_batch_size",
-            "Searches answered per batch",
-            buckets=(1, 2, 4, 8, 16, 32, 64, 128),
-            registry=r,
-        )
-        self.search_batch_seconds = Histogram(
-            "hypsearch_search_batch_seconds",
-            "Time of one search batch",
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
+        self.search_batch_size, self.search_batch_seconds = _batch_histograms(
+            r, "search", "Searches answered per batch", "Time of one search batch"
         )
         self.job_progress = Gauge(
             "hypsearch_job_progress", "Progress of index jobs (0..1)", ["job"], registry=r

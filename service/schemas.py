@@ -102,6 +102,20 @@ class SearchIn(BaseModel):
         return self
 
 
+class ImageSearchParams(BaseModel):
+    """The query parameters of ``POST /v1/search/image`` (the picture is the body);
+    unknown parameters are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    k: int = Field(default=10, ge=1, le=1000)
+    mode: Mode = "nearest"
+    offset: int = Field(default=0, ge=0, le=9999)
+    under: str | None = Field(default=None, min_length=1, max_length=300)
+    per_level: int | None = Field(default=None, ge=1, le=1000)
+    disk: bool = False
+
+
 class QueryOut(BaseModel):
     label: str | None = Field(
         description="the label given (resolved), the item's label, or the nearest prototype"

@@ -13,8 +13,11 @@
   subtree, level 1 what its parent adds (siblings), and so on; see the README
   for why label membership rather than cone membership of the prototypes.
 * A search by item id leaves that item out of its own answer.
+* :func:`query_of` turns a validated request (:class:`service.schemas.SearchIn`,
+  :class:`service.schemas.ImageSearchParams`) into its :class:`Query`, for the
+  routes and the fast path alike.
 * :func:`search_many` answers a batch of concurrent requests (:class:`Query`)
-  exactly as :func:`query_of` and :func:`search` answer each one, with the
+  exactly as :func:`query_point` and :func:`search` answer each one, with the
   per-request work batched: one nearest-prototype table for the vectors that
   need a label, one distance-to-origin call, and one index search for all
   plain ``nearest`` queries of the same window.
@@ -33,6 +36,7 @@ from models.taxonomy import UnknownLabelError
 
 from .errors import ApiError, bad_input, not_found, unknown_label
 from .runtime import Runtime
+from .schemas import ImageSearchParams, SearchIn
 
 _OUTSIDE = "\x00"  # prefix of chain labels outside an `under` filter (never an item label)
 
@@ -100,7 +104,18 @@ def resolve_label(rt: Runtime, text: str, field: str = "label", status: int = 42
         raise unknown_label(field, e, status) from None
 
 
-def query_of(
+def query_of(req: SearchIn | ImageSearchParams, settings) -> Query:
+    """The :class:`Query` of a validated request, its window checked against the
+    settings (a 422 before any work). For a picture, the caller sets ``point`` and
+    ``point_label`` once the picture is embedded."""
+    check_window(req.k, req.offset, settings)
+    q = Query(k=req.k, offset=req.offset, mode=req.mode, under=req.under, per_level=req.per_level)
+    if isinstance(req, SearchIn):
+        q.vector, q.label, q.item_id = req.vector, req.label, req.id
+    return q
+
+
+def query_point(
     rt: Runtime, *, vector=None, label: str | None = None, item_id: str | None = None
 ) -> tuple[np.ndarray, str | None, str | None]:
     """``(point, query label, id to leave out)`` of exactly one of the three."""
@@ -192,7 +207,7 @@ def _window(hits: list[Hit], exclude: str | None, skip: int, k: int) -> list[Hit
 
 
 def search_many(rt: Runtime, queries: Sequence[Query]) -> list[Answer | Exception]:
-    """Answer each query as ``search(rt, *query_of(rt, ...), ...)`` would, in one
+    """Answer each query as ``search(rt, *query_point(rt, ...), ...)`` would, in one
     batch: the answer, or the exception that query raises (an :class:`ApiError`,
     or anything else the index raises), so that no query's failure reaches
     another. See the module docstring for what is batched."""
@@ -212,7 +227,7 @@ def search_many(rt: Runtime, queries: Sequence[Query]) -> list[Answer | Exceptio
                 xs[i] = check_vector(rt, q.vector)
                 need_label.append(i)
             else:
-                xs[i], labels[i], excludes[i] = query_of(
+                xs[i], labels[i], excludes[i] = query_point(
                     rt, vector=q.vector, label=q.label, item_id=q.item_id
                 )
         except Exception as e:  # noqa: BLE001 - that query's answer
@@ -246,7 +261,7 @@ def search_many(rt: Runtime, queries: Sequence[Query]) -> list[Answer | Exceptio
         except Exception as e:  # noqa: BLE001 - that query's answer
             out[i] = e
     for want, rows in groups.items():
-        for i, (ids, dists) in _each(out, rows, lambda r: _nearest_rows(rt, xs, r, want)):
+        for i, (ids, dists) in _each(out, rows, lambda r, w=want: _nearest_rows(rt, xs, r, w)):
             q = queries[i]
             hits = _window(_nearest_hits(rt, ids, dists), excludes[i], q.offset, q.k)
             out[i] = Answer(labels[i], xs[i], radii[i], hits, None)

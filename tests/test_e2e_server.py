@@ -7,6 +7,7 @@ delete, and restarts (graceful and SIGKILL) that keep every acknowledged write.
 from __future__ import annotations
 
 import signal
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -17,10 +18,10 @@ import torch
 from tests.test_service_support import (
     Server,
     artifacts,
-    fill_index,
     fmnist_test_split,
     needs_data,
     png_bytes,
+    write_index,
 )
 
 pytestmark = needs_data
@@ -28,16 +29,11 @@ pytestmark = needs_data
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    from indexing import HyperbolicIndex
-
     torch.set_num_threads(1)
     art = artifacts(tmp_path_factory)
     assert art.model_path is not None, "the image model checkpoint could not be written"
     folder = tmp_path_factory.mktemp("e2e")
-    index = HyperbolicIndex(dim=art.model.dim, curvature=art.model.curvature, path=folder / "index")
-    fill_index(index, art.model, 1000)
-    index.save()
-    index.close()
+    write_index(art, folder / "index", 1000)
     return art, folder
 
 
@@ -120,6 +116,11 @@ def test_writes_survive_restarts(setup):
     art, folder = setup
     v = (art.labels.embeddings[art.labels.taxonomy.index("sandal.n.01")].numpy() * 0.995).tolist()
     with _serve(setup, "write1") as srv, httpx.Client(base_url=srv.url, timeout=30) as c:
+        # the banner (Services.announce) is printed once, when the service is ready
+        deadline = time.monotonic() + 10
+        while f"serving on {srv.url}" not in srv.tail() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert srv.tail().count(f"hypsearch: serving on {srv.url}") == 1, srv.tail()
         r = c.put("/v1/items/e2e/sandal-1", json={"vector": v, "label": "sandal"})
         assert r.status_code == 200, r.text
         hits = c.post("/v1/search", json={"vector": v, "k": 1}).json()["results"]

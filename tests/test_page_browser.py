@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.test_service_support import Server, artifacts, fill_index, fmnist_test_split, needs_data
+from tests.test_service_support import Server, artifacts, fmnist_test_split, needs_data, write_index
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -28,15 +28,11 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    from indexing import HyperbolicIndex
-
     torch.set_num_threads(1)
     art = artifacts(tmp_path_factory)
     assert art.model_path is not None
     folder = tmp_path_factory.mktemp("page")
-    index = HyperbolicIndex(dim=art.model.dim, curvature=art.model.curvature, path=folder / "index")
-    fill_index(index, art.model, 1000)
-    index.close()
+    write_index(art, folder / "index", 1000)
     srv = Server(
         ["--model", str(art.model_path), "--index", str(folder / "index")], folder / "server.log"
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import struct
 import threading
 import time
@@ -15,14 +16,13 @@ import zlib
 
 import numpy as np
 import pytest
-import torch
 
 from tests.test_service_support import (
-    artifacts,
+    app_client,
     fmnist_test_split,
-    make_runtime,
     needs_data,
     png_bytes,
+    runtime_fixture,
 )
 
 pytestmark = [
@@ -33,28 +33,12 @@ pytestmark = [
 KEY = "s3cret-key-for-tests"
 
 
-@pytest.fixture(scope="module")
-def rt(tmp_path_factory):
-    torch.set_num_threads(1)
-    art = artifacts(tmp_path_factory)
-    runtime = make_runtime(art, tmp_path_factory.mktemp("api"), n=600)
-    yield runtime
-    runtime.close()
-
-
-def _client(rt, **settings):
-    from fastapi.testclient import TestClient
-
-    from service.app import create_app
-    from service.settings import Settings
-
-    s = Settings(index=rt.index.path, log_json=False, log_level="WARNING", **settings)
-    return TestClient(create_app(s, runtime=rt))
+rt = runtime_fixture("api", 600)
 
 
 @pytest.fixture(scope="module")
 def client(rt):
-    with _client(rt, batch_max_wait_ms=5) as c:
+    with app_client(rt, batch_max_wait_ms=5) as c:
         yield c
 
 
@@ -361,7 +345,7 @@ def test_micro_batching_groups_concurrent_requests():
 
 
 def test_batch_metrics_after_concurrent_searches(rt, picture):
-    with _client(rt, batch_max_wait_ms=30, batch_max_size=16) as c:
+    with app_client(rt, batch_max_wait_ms=30, batch_max_size=16) as c:
         out = []
 
         def go():
@@ -477,17 +461,27 @@ def test_bad_uploads(client, rt, picture):
 
 
 def test_upload_size_limit(rt, picture):
-    with _client(rt, max_upload_bytes=len(picture) - 1) as c:
+    with app_client(rt, max_upload_bytes=len(picture) - 1) as c:
         r = c.post("/v1/search/image", files={"file": ("s.png", picture, "image/png")})
         assert r.status_code == 413 and "limit" in _detail(r)
         big = b"\x89PNG" + b"\x00" * 200_000  # over the body cap: refused before parsing
         r = c.post("/v1/embed", files={"file": ("s.png", big, "image/png")})
         assert r.status_code == 413 and "limit" in _detail(r)
+        # one upload rule: every route that takes a picture answers the same 413
+        files = {"file": ("s.png", picture, "image/png")}
+        answers = [
+            c.post("/v1/search/image", files=files),
+            c.post("/v1/embed", files=files),
+            c.put("/v1/items/too-big", files=files),
+        ]
+        assert [a.status_code for a in answers] == [413] * 3
+        assert len({a.content for a in answers}) == 1, [a.text for a in answers]
+        assert c.get("/v1/items/too-big").status_code == 404
 
 
 def test_api_key_guards_writes_only(rt):
     v = (rt.label_point("shirt.n.01") * 0.99).tolist()
-    with _client(rt, api_key=KEY) as c:
+    with app_client(rt, api_key=KEY) as c:
         r = c.put("/v1/items/k1", json={"vector": v})
         assert (
             r.status_code == 401
@@ -546,9 +540,10 @@ def test_page_is_served(client):
     assert "hypsearch" in r.text
 
 
-def test_not_ready_until_loaded(tmp_path):
+def test_not_ready_until_loaded(tmp_path, caplog):
     """Loading runs in the background: /healthz answers at once, /readyz and the
-    routes that need the artifacts 503 until loading is done (here: it fails)."""
+    routes that need the artifacts 503 until loading is done (here: it fails).
+    Why it failed names the artifact's path: in the log, never in an answer."""
     from fastapi.testclient import TestClient
 
     from service.app import create_app
@@ -557,19 +552,26 @@ def test_not_ready_until_loaded(tmp_path):
     bad = tmp_path / "model.safetensors"
     bad.write_bytes(b"not a checkpoint")
     app = create_app(
-        Settings(model=bad, index=tmp_path / "index", log_json=False, log_level="CRITICAL")
+        Settings(model=bad, index=tmp_path / "index", log_json=False, log_level="ERROR")
     )
-    with TestClient(app) as c:
+    with caplog.at_level(logging.ERROR, logger="service"), TestClient(app) as c:
         assert c.get("/healthz").status_code == 200
         deadline = time.monotonic() + 30
         while "failed" not in c.get("/readyz").json()["detail"]:
             assert time.monotonic() < deadline
             time.sleep(0.05)
         r = c.get("/readyz")
-        assert r.status_code == 503 and "model.safetensors" in _detail(r)
+        assert r.status_code == 503 and "log" in _detail(r)
+        answers = [r]
         r = c.post("/v1/search", json={"label": "sneaker"})
         assert r.status_code == 503 and "could not load" in _detail(r)
+        answers += [r, c.post("/v1/search/image", files={"file": ("q.png", b"x", "image/png")})]
+        answers += [c.get("/v1/stats"), c.get("/v1/items/x")]
+        for r in answers:
+            assert r.status_code == 503
+            assert str(tmp_path) not in r.text and "safetensors" not in r.text, r.text
         assert "hypsearch_ready 0.0" in c.get("/metrics").text
+    assert "model.safetensors" in caplog.text  # the log says which file
 
 
 def test_concurrent_writes_and_searches(rt):
@@ -597,7 +599,7 @@ def test_concurrent_writes_and_searches(rt):
         try:
             while not stop.is_set():
                 for mode in ("nearest", "hierarchical"):
-                    x, q, _ = searching.query_of(rt, label="shirt")
+                    x, q, _ = searching.query_point(rt, label="shirt")
                     searching.search(rt, x, q, k=20, mode=mode, under="clothing")
                 rt.items_under("clothing.n.01")
         except BaseException as e:  # noqa: BLE001

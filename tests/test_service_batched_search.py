@@ -2,7 +2,7 @@
 path (service.fastpath), around a small real index.
 
 What must hold: a batch answers every query exactly as the one-query path
-(query_of + search) does, errors included and kept to their own query; the
+(query_point + search) does, errors included and kept to their own query; the
 fast path answers what the route answers, byte for byte, and leaves every
 error to the route.
 """
@@ -14,9 +14,14 @@ import threading
 
 import numpy as np
 import pytest
-import torch
 
-from tests.test_service_support import artifacts, make_runtime, needs_data
+from tests.test_service_support import (
+    app_client,
+    artifacts,
+    needs_data,
+    runtime_fixture,
+    write_index,
+)
 
 pytestmark = [
     needs_data,
@@ -24,23 +29,7 @@ pytestmark = [
 ]
 
 
-@pytest.fixture(scope="module")
-def rt(tmp_path_factory):
-    torch.set_num_threads(1)
-    art = artifacts(tmp_path_factory)
-    runtime = make_runtime(art, tmp_path_factory.mktemp("batched"), n=400)
-    yield runtime
-    runtime.close()
-
-
-def _client(rt, **settings):
-    from fastapi.testclient import TestClient
-
-    from service.app import create_app
-    from service.settings import Settings
-
-    s = Settings(index=rt.index.path, log_json=False, log_level="WARNING", **settings)
-    return TestClient(create_app(s, runtime=rt))
+rt = runtime_fixture("batched", 400)
 
 
 def _queries(rt):
@@ -88,7 +77,7 @@ def _one(rt, q):
             lab = q.point_label or rt.nearest_used_labels(x[None])[0]
             exclude = None
         else:
-            x, lab, exclude = searching.query_of(
+            x, lab, exclude = searching.query_point(
                 rt, vector=q.vector, label=q.label, item_id=q.item_id
             )
         return searching.search(
@@ -154,7 +143,7 @@ def test_search_many_keeps_any_failure_to_its_own_query(rt):
     assert isinstance(got[1], IndexInputError)
     assert isinstance(got[3], ValueError)
     with pytest.raises(IndexInputError):
-        x, lab, _ = searching.query_of(rt, label="sneaker")
+        x, lab, _ = searching.query_point(rt, label="sneaker")
         searching.search(rt, x, lab, k=0)
     _same(got[0], _one(rt, good[0]))
     _same(got[2], _one(rt, good[1]))
@@ -255,7 +244,7 @@ BAD = [
 
 
 def test_fast_path_answers_what_the_route_answers(rt):
-    with _client(rt) as fast, _client(rt, search_fast_path=False) as slow:
+    with app_client(rt) as fast, app_client(rt, search_fast_path=False) as slow:
         for body in _bodies(rt) + BAD:
             a, b = fast.post("/v1/search", json=body), slow.post("/v1/search", json=body)
             assert a.status_code == b.status_code, (body, a.text, b.text)
@@ -283,7 +272,7 @@ def test_fast_path_answers_itself_and_leaves_the_rest_to_the_route(rt):
     async def broken():
         raise ApiError(418, "the route answered")
 
-    with _client(rt) as c:
+    with app_client(rt) as c:
         c.app.dependency_overrides[get_searcher] = broken
         r = c.post("/v1/search", json={"label": "sneaker", "k": 3}, headers={"X-Request-ID": "r-1"})
         assert r.status_code == 200 and len(r.json()["results"]) == 3
@@ -300,7 +289,7 @@ def test_fast_path_answers_itself_and_leaves_the_rest_to_the_route(rt):
     count = 'hypsearch_request_seconds_count{method="POST",route="/v1/search",status="200"}'
     assert f"{count} 1.0" in metrics
     assert "hypsearch_search_batch_size_count" in metrics
-    with _client(rt, search_fast_path=False) as c:
+    with app_client(rt, search_fast_path=False) as c:
         c.app.dependency_overrides[get_searcher] = broken
         assert c.post("/v1/search", json={"label": "sneaker", "k": 3}).status_code == 418
 
@@ -308,7 +297,7 @@ def test_fast_path_answers_itself_and_leaves_the_rest_to_the_route(rt):
 def test_fast_path_under_concurrent_clients(rt):
     """Many threads at once: every answer is the one a lone request gets."""
     bodies = _bodies(rt)[:6] * 6
-    with _client(rt) as c:
+    with app_client(rt) as c:
         want = [c.post("/v1/search", json=b).content for b in bodies]
         got: list[bytes | None] = [None] * len(bodies)
 
@@ -324,6 +313,31 @@ def test_fast_path_under_concurrent_clients(rt):
 
 
 # ---------------------------------------------------------------- the fast path for pictures
+
+
+def test_one_parser_for_the_image_route_and_the_fast_path(rt):
+    """The route declares exactly the parameters of ImageSearchParams (the model the
+    fast path validates), and both build their Query with searching.query_of."""
+    from service import searching
+    from service.errors import ApiError
+    from service.schemas import ImageSearchParams, SearchIn
+    from service.settings import Settings
+
+    with app_client(rt) as c:
+        doc = c.get("/openapi.json").json()
+    params = doc["paths"]["/v1/search/image"]["post"]["parameters"]
+    assert [p["name"] for p in params] == list(ImageSearchParams.model_fields)
+    assert all(p["in"] == "query" for p in params)
+    settings = Settings(index=rt.index.path)
+    q = searching.query_of(
+        ImageSearchParams(k=4, offset=2, mode="hierarchical", under="footwear"), settings
+    )
+    assert q == searching.Query(k=4, offset=2, mode="hierarchical", under="footwear")
+    q = searching.query_of(SearchIn(id="fashion-mnist-test-3", k=7, per_level=2), settings)
+    assert q == searching.Query(k=7, item_id="fashion-mnist-test-3", per_level=2)
+    with pytest.raises(ApiError) as err:
+        searching.query_of(SearchIn(label="coat", k=20), Settings(index=rt.index.path, max_k=10))
+    assert err.value.status == 422 and "k:" in err.value.detail
 
 
 @pytest.fixture(scope="module")
@@ -358,9 +372,10 @@ def test_image_fast_path_answers_what_the_route_answers(rt, pictures):
     def up(c, params, data=pictures[7], name="q.png", field="file"):
         return c.post("/v1/search/image", params=params, files={field: (name, data, "image/png")})
 
-    with _client(rt, batch_max_wait_ms=1) as fast, _client(
-        rt, batch_max_wait_ms=1, search_fast_path=False
-    ) as slow:
+    with (
+        app_client(rt, batch_max_wait_ms=1) as fast,
+        app_client(rt, batch_max_wait_ms=1, search_fast_path=False) as slow,
+    ):
         for params in IMAGE_PARAMS + BAD_IMAGE_PARAMS:
             for pic in pictures[:3]:
                 a, b = up(fast, params, pic), up(slow, params, pic)
@@ -373,7 +388,7 @@ def test_image_fast_path_answers_what_the_route_answers(rt, pictures):
         assert (a.status_code, a.content) == (b.status_code, b.content)
         assert a.status_code == 422
     # the upload limit of the settings holds on the fast path too
-    with _client(rt, max_upload_bytes=100) as c:
+    with app_client(rt, max_upload_bytes=100) as c:
         r = up(c, {})
         assert r.status_code == 413 and "100 bytes" in r.json()["detail"]
 
@@ -385,7 +400,7 @@ def test_image_fast_path_answers_itself(rt, pictures):
     async def broken():
         raise ApiError(418, "the route answered")
 
-    with _client(rt, batch_max_wait_ms=1) as c:
+    with app_client(rt, batch_max_wait_ms=1) as c:
         c.app.dependency_overrides[get_searcher] = broken
         files = {"file": ("q.png", pictures[5], "image/png")}
         r = c.post("/v1/search/image", params={"k": 4}, files=files)
@@ -412,7 +427,7 @@ def test_large_pictures_are_decoded_off_the_event_loop(rt):
     big = buf.getvalue()
     assert announced_pixels(big) == 700 * 600 and announced_pixels(b"nope") is None
     for fast_path in (True, False):
-        with _client(rt, batch_max_wait_ms=1, search_fast_path=fast_path) as c:
+        with app_client(rt, batch_max_wait_ms=1, search_fast_path=fast_path) as c:
             r = c.post("/v1/search/image", files={"file": ("big.png", big, "image/png")})
             assert r.status_code == 200 and len(r.json()["results"]) == 10
 
@@ -425,22 +440,14 @@ def test_an_app_that_loads_its_artifacts_freezes_them_for_the_gc(tmp_path_factor
 
     from fastapi.testclient import TestClient
 
-    from indexing import HyperbolicIndex
     from service.app import create_app
     from service.settings import Settings
-    from tests.test_service_support import fill_index
 
     art = artifacts(tmp_path_factory)
     assert art.model_path is not None
-    folder = tmp_path_factory.mktemp("frozen")
-    index = HyperbolicIndex(dim=art.model.dim, curvature=art.model.curvature, path=folder / "ix")
-    fill_index(index, art.model, 50)
-    index.save()
-    index.close()
+    ix = write_index(art, tmp_path_factory.mktemp("frozen") / "ix", 50)
     gc.unfreeze()
-    settings = Settings(
-        model=art.model_path, index=folder / "ix", log_json=False, log_level="WARNING"
-    )
+    settings = Settings(model=art.model_path, index=ix, log_json=False, log_level="WARNING")
     try:
         with TestClient(create_app(settings)) as c:
             deadline = time.monotonic() + 60
@@ -492,9 +499,7 @@ def test_single_file_part_reads_what_the_general_parser_reads(pictures):
     tricky = b"\r\n--not-the-boundary\r\n\r\n" + bytes(rng.integers(0, 256, 3000, dtype=np.uint8))
     bodies = []
     for data in (pictures[0], tricky, b"", b"--"):
-        req = httpx.Request(
-            "POST", "http://x/", files={"file": ("q.png", data, "image/png")}
-        )
+        req = httpx.Request("POST", "http://x/", files={"file": ("q.png", data, "image/png")})
         bodies.append((req.headers["content-type"].encode(), req.read()))
     b = b"b0undary"
     ct = b"multipart/form-data; boundary=" + b

@@ -4,7 +4,9 @@
   their ancestors and their parents' other children), label embeddings of it,
   a tiny image model (600 training images, one epoch), built once per test
   session under pytest's base temporary folder and reused by every module.
-* :func:`fill_index`: an index of the first N Fashion-MNIST test images.
+* :func:`fill_index`: an index of the first N Fashion-MNIST test images;
+  :func:`write_index` one on disk, :func:`runtime_fixture` a module's runtime
+  around one, :func:`app_client` an app (in process) serving a runtime.
 * :class:`Server`: ``hypsearch serve`` in a subprocess on a free loopback port.
 
 Everything is seeded; nothing leaves 127.0.0.1.
@@ -112,6 +114,17 @@ def fill_index(index, model, n: int) -> None:
     index.add(z, data.ids[:n], labels=data.labels[:n], payloads=payloads)
 
 
+def write_index(art: Artifacts, path: Path, n: int) -> Path:
+    """An index of the first ``n`` test images at ``path`` (in the model's space), closed."""
+    from indexing import HyperbolicIndex
+
+    index = HyperbolicIndex(dim=art.model.dim, curvature=art.model.curvature, path=path)
+    fill_index(index, art.model, n)
+    index.save()
+    index.close()
+    return path
+
+
 def make_runtime(art: Artifacts, folder: Path, n: int = 600):
     from indexing import HyperbolicIndex
     from service.runtime import Runtime
@@ -128,6 +141,31 @@ def make_runtime(art: Artifacts, folder: Path, n: int = 600):
         data_dir=FMNIST,
         taxonomy=small_taxonomy(),
     )
+
+
+def runtime_fixture(name: str, n: int):
+    """A module-scoped fixture: a runtime around an index of ``n`` test images
+    (in a temporary folder named ``name``), closed after the module."""
+
+    @pytest.fixture(scope="module")
+    def rt(tmp_path_factory):
+        torch.set_num_threads(1)
+        runtime = make_runtime(artifacts(tmp_path_factory), tmp_path_factory.mktemp(name), n=n)
+        yield runtime
+        runtime.close()
+
+    return rt
+
+
+def app_client(rt, **settings):
+    """A TestClient of an app serving ``rt`` (quiet logs; ``settings`` on top)."""
+    from fastapi.testclient import TestClient
+
+    from service.app import create_app
+    from service.settings import Settings
+
+    s = Settings(index=rt.index.path, log_json=False, log_level="WARNING", **settings)
+    return TestClient(create_app(s, runtime=rt))
 
 
 def png_bytes(pixels: np.ndarray) -> bytes:

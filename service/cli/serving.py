@@ -51,14 +51,14 @@ def serve(settings, *, runtime=None, announce: str | None = None) -> int:
     def failed(_message: str) -> None:
         server.should_exit = True
 
-    services.extra["on_load_error"] = failed
+    services.on_load_error = failed
     if announce:
-        services.extra["announce"] = announce
+        services.announce = announce
     try:
         server.run()
     except SystemExit:  # uvicorn exits this way when it cannot start
         pass
-    loader = services.extra.get("loader")
+    loader = services.loader
     if loader is not None:  # never leave the interpreter while torch is loading
         loader.join(60)
     if services.load_error:

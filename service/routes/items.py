@@ -18,9 +18,10 @@ from pydantic import ValidationError
 from starlette.datastructures import UploadFile
 
 from .. import searching
-from ..deps import RuntimeDep, ServicesDep, WriteAccess
+from ..deps import NO_MODEL, RuntimeDep, ServicesDep, WriteAccess
 from ..errors import ApiError
 from ..imaging import decode_image, encode_png
+from ..pipeline import check_upload_size, embed_upload
 from ..runtime import Runtime
 from ..schemas import INVALID, DeletedOut, ErrorOut, ItemIn, ItemOut
 
@@ -116,19 +117,36 @@ def _upsert(
     return _out(rt, item_id, item)
 
 
-def _upsert_picture(services, rt: Runtime, item_id: str, data: bytes, label: str | None) -> ItemOut:
-    settings = services.settings
-    if services.batcher is None:
-        raise ApiError(
-            503, "no image model is loaded (start the service with --model / HYPSEARCH_MODEL)"
-        )
-    if len(data) > settings.max_upload_bytes:
-        raise ApiError(413, f"file: over the limit of {settings.max_upload_bytes:,} bytes")
+def _picture(rt: Runtime, settings, data: bytes, label: str | None) -> np.ndarray:
+    """The upload's pixels; its label checked before any work is kept."""
+    check_upload_size(data, settings)
     pixels = decode_image(data, max_pixels=settings.max_image_pixels)
-    if label is not None:  # check the label before any work is kept
+    if label is not None:
         searching.resolve_label(rt, label)
-    x = searching.check_vector(rt, services.batcher.embed_one(pixels)[0], "file")
-    return _upsert(rt, item_id, x, label, rt.store_picture(pixels))
+    return pixels
+
+
+async def _upsert_picture(
+    services, rt: Runtime, item_id: str, data: bytes, label: str | None
+) -> ItemOut:
+    settings, batcher = services.settings, services.batcher
+    if batcher is None:
+        raise ApiError(503, NO_MODEL)
+    pixels = await run_in_threadpool(_picture, rt, settings, data, label)
+    x, _ = await embed_upload(rt, settings, batcher, pixels)
+
+    def write() -> ItemOut:
+        return _upsert(rt, item_id, x, label, rt.store_picture(pixels))
+
+    return await run_in_threadpool(write)
+
+
+_WRITE_ERRORS = {
+    401: {"model": ErrorOut, "description": "API key missing or wrong"},
+    422: {"model": ErrorOut},
+    503: {"model": ErrorOut},
+}
+_DELETE_ERRORS = {**_WRITE_ERRORS, 404: {"model": ErrorOut}}
 
 
 @router.put(
@@ -137,11 +155,9 @@ def _upsert_picture(services, rt: Runtime, item_id: str, data: bytes, label: str
     summary="Insert or replace one item (a vector, or a picture to embed)",
     dependencies=[WriteAccess],
     responses={
-        401: {"model": ErrorOut, "description": "API key missing or wrong"},
+        **_WRITE_ERRORS,
         413: {"model": ErrorOut},
         415: {"model": ErrorOut, "description": "neither JSON nor multipart, or not a picture"},
-        422: {"model": ErrorOut},
-        503: {"model": ErrorOut},
     },
     openapi_extra={
         "requestBody": {
@@ -188,7 +204,7 @@ async def put_item(request: Request, rt: RuntimeDep, svc: ServicesDep, item_id: 
             if label is not None and (not isinstance(label, str) or not label.strip()):
                 raise ApiError(422, "label: must be a non-empty text field")
             data = await file.read(svc.settings.max_upload_bytes + 1)
-            return await run_in_threadpool(_upsert_picture, svc, rt, item_id, data, label)
+            return await _upsert_picture(svc, rt, item_id, data, label)
         finally:
             await form.close()
     raise ApiError(
@@ -202,12 +218,7 @@ async def put_item(request: Request, rt: RuntimeDep, svc: ServicesDep, item_id: 
     response_model=DeletedOut,
     summary="Delete one item",
     dependencies=[WriteAccess],
-    responses={
-        401: {"model": ErrorOut},
-        404: {"model": ErrorOut},
-        422: {"model": ErrorOut},
-        503: {"model": ErrorOut},
-    },
+    responses=_DELETE_ERRORS,
 )
 def delete_item(rt: RuntimeDep, item_id: ItemId) -> DeletedOut:
     """Answered once the delete is durable; 404 when there is no such item."""

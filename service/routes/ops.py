@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from ..deps import RuntimeDep, ServicesDep
+from ..deps import SEE_THE_LOG, RuntimeDep, ServicesDep
 from ..errors import ApiError
 from ..schemas import ErrorOut, HealthOut, StatsOut
 
@@ -26,7 +26,7 @@ def healthz() -> HealthOut:
 def readyz(services: ServicesDep) -> HealthOut:
     if services.runtime is None:
         if services.load_error:
-            raise ApiError(503, f"loading failed: {services.load_error}")
+            raise ApiError(503, f"loading failed ({SEE_THE_LOG})")
         raise ApiError(503, "loading the model and the index")
     return HealthOut(status="ready")
 

@@ -1,0 +1,118 @@
+"""One search, from its validated request to its answer's bytes: the functions the
+search routes (:mod:`service.routes.search`) and the fast path
+(:mod:`service.fastpath`) both call, so that both give the same answers.
+
+* :func:`search_request`: a validated :class:`SearchIn` -> :class:`Answer`.
+* :func:`search_picture`: validated :class:`ImageSearchParams` and an upload's
+  bytes -> :class:`Answer`.
+* :func:`embed_upload`: an upload (its bytes, or pixels already decoded) -> its
+  point (checked) and nearest label among the labels in use, through the
+  embedding micro-batcher; also used by ``/v1/embed`` and item pictures.
+* :func:`answer_json`: an :class:`Answer` -> the response body.
+
+Errors are :class:`service.errors.ApiError` (the batchers shutting down: 503).
+Nothing here touches FastAPI; everything awaits on the event loop and hands the
+work to the batchers' worker threads.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+
+import numpy as np
+from starlette.concurrency import run_in_threadpool
+
+from . import searching
+from .batching import BatcherClosed, MicroBatcher
+from .disk import layout
+from .errors import ApiError
+from .imaging import EncodedPicture, announced_pixels, decode_image
+from .runtime import Runtime
+from .schemas import HitOut, ImageSearchParams, QueryOut, SearchIn, SearchOut
+from .searching import Answer, Query
+
+#: pictures announcing at most this many pixels are decoded by the embedding worker,
+#: with its batch (a small PNG takes a fraction of a millisecond); larger ones in
+#: the thread pool, so a big photo never holds up the batch
+WORKER_DECODE_PIXELS = 512 * 512
+
+
+async def _run(batcher: MicroBatcher, item):
+    """The batcher's result for ``item``; 503 while the service shuts down."""
+    try:
+        return await batcher.run(item)
+    except (BatcherClosed, concurrent.futures.CancelledError):
+        raise ApiError(503, "the service is shutting down") from None
+
+
+def check_upload_size(data: bytes, settings) -> None:
+    """413 for an upload over ``settings.max_upload_bytes``."""
+    if len(data) > settings.max_upload_bytes:
+        raise ApiError(
+            413,
+            f"file: over the limit of {settings.max_upload_bytes:,} bytes "
+            "(HYPSEARCH_MAX_UPLOAD_BYTES)",
+        )
+
+
+async def embed_upload(
+    rt: Runtime, settings, batcher: MicroBatcher, upload: bytes | np.ndarray
+) -> tuple[np.ndarray, str]:
+    """The point of an uploaded picture (checked as a point of the ball, errors
+    naming ``file``) and its nearest label among the labels in use. ``upload``:
+    the file's bytes (size-checked, then decoded by the embedding worker when
+    small, in the thread pool otherwise, never on the event loop), or pixels the
+    caller decoded already."""
+    if isinstance(upload, np.ndarray):
+        item = upload
+    else:
+        check_upload_size(upload, settings)
+        n = announced_pixels(upload)
+        if n is not None and n <= WORKER_DECODE_PIXELS:
+            item = EncodedPicture(upload, settings.max_image_pixels)
+        else:
+            item = await run_in_threadpool(
+                decode_image, upload, max_pixels=settings.max_image_pixels
+            )
+    z, label = await _run(batcher, item)
+    return searching.check_vector(rt, z, "file"), label
+
+
+async def search_request(settings, searcher: MicroBatcher, request: SearchIn) -> Answer:
+    """The answer to ``POST /v1/search`` (by the search batcher)."""
+    return await _run(searcher, searching.query_of(request, settings))
+
+
+async def search_picture(
+    rt: Runtime,
+    settings,
+    batcher: MicroBatcher,
+    searcher: MicroBatcher,
+    params: ImageSearchParams,
+    data: bytes,
+) -> Answer:
+    """The answer to ``POST /v1/search/image`` with the file's bytes ``data``."""
+    query: Query = searching.query_of(params, settings)  # the window first: no work if bad
+    query.point, query.point_label = await embed_upload(rt, settings, batcher, data)
+    return await _run(searcher, query)
+
+
+def answer_json(rt: Runtime, ans: Answer, disk: bool = False) -> bytes:
+    """The answer's JSON: validated as :class:`SearchOut` and serialised once by
+    pydantic (what ``response_model`` with ``response_model_exclude_unset`` sends,
+    without FastAPI validating and encoding it a second time). ``disk`` adds the
+    2-D layout, which reads every result from the store: not on the event loop."""
+    out = SearchOut(
+        query=QueryOut(
+            label=ans.query_label,
+            vector=ans.query_vector.tolist(),
+            distance_to_origin=ans.query_radius,
+        ),
+        results=[
+            HitOut(id=h.id, distance=h.distance, label=h.label, level=h.level, via=h.via)
+            for h in ans.hits
+        ],
+    )
+    if disk:
+        out.disk = layout(rt, ans)
+    return out.model_dump_json(exclude_unset=True).encode()
