@@ -131,8 +131,8 @@ def _url_host(host: str) -> str:
 def cmd_index_build(args: argparse.Namespace) -> int:
     import torch
 
-    from indexing import HyperbolicIndex, IndexInputError, IndexStoreError
-    from indexing.build import BuildInputError, build_index, plan_dataset, plan_path
+    from indexing import IndexInputError, IndexStoreError
+    from indexing.build import BuildInputError, build_index, open_index, plan_dataset, plan_path
     from models.data import read_class_map
     from models.image_model import ImageModel
 
@@ -170,10 +170,7 @@ def cmd_index_build(args: argparse.Namespace) -> int:
     if args.limit is not None:
         plan.sources = plan.sources[: args.limit]
     try:
-        if (out / "store.sqlite3").exists():
-            index = HyperbolicIndex.load(out)
-        else:
-            index = HyperbolicIndex(dim=model.dim, curvature=model.curvature, path=out)
+        index = open_index(out, dim=model.dim, curvature=model.curvature)
     except (IndexStoreError, IndexInputError) as e:
         raise CliError(f"--out {out}: {e}") from None
     if index.dim != model.dim or abs(index.curvature - model.curvature) > 1e-12:
@@ -225,8 +222,7 @@ def cmd_index_build(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     import torch
 
-    from models.defaults import run_default_pipeline
-
+    from .demo import run_default_pipeline
     from .settings import get_settings
 
     torch.set_num_threads(1)
