@@ -227,22 +227,23 @@ def _plan(listing: Listing, taxonomy, class_map, manifest: bool) -> Plan:
     return plan
 
 
+def _listed(lister, path, taxonomy, class_map, roots, manifest: bool) -> Plan:
+    try:
+        return _plan(lister(path, roots), taxonomy, class_map, manifest=manifest)
+    except DataError as e:
+        raise BuildInputError(str(e)) from None
+
+
 def plan_folder(
     folder: str | os.PathLike, *, taxonomy=None, class_map: dict[str, str] | None = None, roots=None
 ) -> Plan:
-    try:
-        return _plan(list_folder(folder, roots), taxonomy, class_map, manifest=False)
-    except DataError as e:
-        raise BuildInputError(str(e)) from None
+    return _listed(list_folder, folder, taxonomy, class_map, roots, manifest=False)
 
 
 def plan_manifest(
     path: str | os.PathLike, *, taxonomy=None, class_map: dict[str, str] | None = None, roots=None
 ) -> Plan:
-    try:
-        return _plan(list_manifest(path, roots), taxonomy, class_map, manifest=True)
-    except DataError as e:
-        raise BuildInputError(str(e)) from None
+    return _listed(list_manifest, path, taxonomy, class_map, roots, manifest=True)
 
 
 def plan_path(path: str | os.PathLike, *, taxonomy=None, class_map=None, roots=None) -> Plan:
