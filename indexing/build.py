@@ -1,40 +1,50 @@
-"""Batch embedding of a data set split, a folder or a manifest into an index.
-
-Used by ``hypsearch index build`` and by the service's index jobs::
+"""Batch embedding of a data set split, a folder or a manifest into an index:
+the one durable, resumable build of ``hypsearch index build``, the service's
+index jobs and the demo::
 
     plan = plan_dataset("fashion-mnist", "test", data_dir)        # or plan_folder / plan_manifest
+    index = open_index(path, dim=model.dim, curvature=model.curvature)
     report = build_index(model, index, plan, workers=2, progress=True)
 
 * Sources: a built-in split (ids ``fashion-mnist-<split>-<row>``), a folder
   ``DIR/<class>/<images>`` (ids: paths relative to ``DIR``) or a CSV manifest
-  ``id,path[,label]`` (ids: the ``id`` column). A class name becomes a taxonomy
-  node through ``class_map`` or by resolving the name itself (``sneaker``).
+  ``id,path[,label]`` (ids: the ``id`` column), listed by
+  :func:`models.data.list_folder` / :func:`models.data.list_manifest`. A class
+  name becomes a taxonomy node through :func:`models.data.map_class`.
 * Reading is forgiving: an unreadable picture, a row naming an unknown class or
   a file outside the allowed roots is *skipped* and reported (with the reason),
   never fatal. A folder or manifest that cannot be read at all is an error.
-* Pictures are decoded by a multi-worker ``torch.utils.data.DataLoader`` and
+* Pictures are decoded by :func:`models.imaging.decode` (the decoder of
+  training and queries) in a multi-worker ``torch.utils.data.DataLoader`` and
   embedded in batches (``model.embed``).
-* An item without a label gets the nearest prototype among the model's class
-  labels as its label (``payload["label_source"] = "predicted"``).
-* ``build_index`` is resumable: ids already in the index are skipped, and every
-  batch is committed (durable) before the next one is read.
+* An item without a label gets the nearest prototype among the labels that
+  indexed items carry (:mod:`models.prototypes`: the index's labels when the
+  build starts and the labels the build's sources are given; every taxonomy
+  node when there are none), with ``payload["label_source"] = "predicted"``.
+* ``build_index`` is durable and resumable: the ids to embed are those not in
+  the index when it starts (so an item deleted while it runs stays deleted),
+  and every batch is written (durable) before the next one is read; a
+  cancelled or failed build keeps its written batches, and the next run
+  resumes after them.
 * Roots: with ``roots``, every path must lie under one of them after symlinks
   are resolved, and a path with a ``..`` component is refused.
 """
 
 from __future__ import annotations
 
-import csv
 import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from models.data import DataError, Listing, list_folder, list_manifest, map_class
+from models.imaging import DEFAULT_MAX_PIXELS, ImageDecodeError, decode
 
 __all__ = [
     "BuildInputError",
@@ -43,15 +53,16 @@ __all__ = [
     "Source",
     "BuildReport",
     "check_under_roots",
+    "open_index",
     "plan_dataset",
     "plan_folder",
     "plan_manifest",
     "plan_path",
+    "read_picture",
     "embed_plan",
     "build_index",
 ]
 
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 MAX_EXAMPLES = 100  # skipped sources listed by name (all are counted)
 
 
@@ -125,14 +136,17 @@ class BuildReport:
         }
 
 
-# ---------------------------------------------------------------- roots
+# ---------------------------------------------------------------- roots, the index
 
 
 def check_under_roots(
     path: str | os.PathLike, roots: Sequence[str | os.PathLike], what: str = "path"
 ) -> Path:
     """The real path of ``path`` if it lies under one of ``roots`` (after
-    symlinks); refuses relative paths, ``..`` components and anything else."""
+    symlinks); refuses relative paths, ``..`` components, NUL bytes and anything
+    else."""
+    if "\0" in os.fspath(path):
+        raise BuildInputError(f"{what}: {str(path)!r} contains a NUL byte (not allowed)")
     p = Path(path)
     if ".." in p.parts:
         raise BuildInputError(f"{what}: {path} contains '..' (not allowed)")
@@ -140,7 +154,10 @@ def check_under_roots(
         raise BuildInputError(f"{what}: {path} is not an absolute path")
     if not roots:
         raise OutsideRootsError(f"{what}: no data roots are configured (HYPSEARCH_DATA_ROOTS)")
-    real = Path(os.path.realpath(p))
+    try:
+        real = Path(os.path.realpath(p))
+    except (OSError, ValueError) as e:
+        raise BuildInputError(f"{what}: {path} cannot be resolved ({e})") from None
     for r in roots:
         root = Path(os.path.realpath(r))
         if real == root or root in real.parents:
@@ -148,35 +165,26 @@ def check_under_roots(
     raise OutsideRootsError(f"{what}: {path} is outside the data roots")
 
 
-def _inside(real: Path, roots: Sequence[Path] | None) -> bool:
-    if roots is None:
-        return True
-    return any(real == r or r in real.parents for r in roots)
+def open_index(path: str | os.PathLike, *, dim: int, curvature: float, **kw):
+    """The index stored at ``path``, or a new empty one of that space there.
 
+    An existing index is opened as it is (its own space: the caller compares it
+    with what it will add). Raises :class:`indexing.IndexStoreError` /
+    :class:`indexing.IndexInputError` when it cannot be opened."""
+    from .index import HyperbolicIndex
+    from .store import STORE_FILE
 
-def _real_roots(roots) -> list[Path] | None:
-    return None if roots is None else [Path(os.path.realpath(r)) for r in roots]
+    folder = Path(path)
+    if (folder / STORE_FILE).exists():
+        return HyperbolicIndex.load(folder, **kw)
+    return HyperbolicIndex(dim=dim, curvature=curvature, path=folder, **kw)
 
 
 # ---------------------------------------------------------------- plans
 
 
-def _class_node(name: str, class_map: dict[str, str] | None, taxonomy) -> str | None:
-    """Class name -> taxonomy node, or None when it does not resolve (``taxonomy``: anything
-    with a ``resolve(text)`` method)."""
-    node = class_map.get(name, None) if class_map is not None else name
-    if node is None:
-        return None
-    if taxonomy is None:
-        return node
-    try:
-        return taxonomy.resolve(node)
-    except Exception:  # noqa: BLE001 - UnknownLabelError, TypeError
-        return None
-
-
 def plan_dataset(dataset: str, split: str, data_dir: str | os.PathLike) -> Plan:
-    from models.data import DataError, load_fashion_mnist
+    from models.data import load_fashion_mnist
 
     if dataset != "fashion-mnist":
         raise BuildInputError(f"dataset {dataset!r}: unknown (built in: fashion-mnist)")
@@ -194,102 +202,48 @@ def plan_dataset(dataset: str, split: str, data_dir: str | os.PathLike) -> Plan:
     )
 
 
+def _plan(listing: Listing, taxonomy, class_map, manifest: bool) -> Plan:
+    """A listing -> sources; problems and classes that do not map are skipped."""
+    plan = Plan(listing.source, [])
+    name = Path(listing.source).name
+    for where, reason, item_id in listing.problems:
+        if manifest:  # rows by their line, or by their id once it is known
+            where = item_id if item_id is not None else f"{name}:{where.rsplit(':', 1)[1]}"
+        plan.skipped.append((where, reason))
+    nodes: dict[str, str | None] = {}
+    for e in listing.entries:
+        node = None
+        if e.label:
+            if e.label not in nodes:
+                try:
+                    nodes[e.label] = map_class(e.label, class_map, taxonomy)
+                except DataError:
+                    nodes[e.label] = None
+            node = nodes[e.label]
+            if node is None:
+                plan.skipped.append((e.id, f"class {e.label!r} is not in the taxonomy"))
+                continue
+        plan.sources.append(Source(e.id, node, path=e.path))
+    return plan
+
+
+def _listed(lister, path, taxonomy, class_map, roots, manifest: bool) -> Plan:
+    try:
+        return _plan(lister(path, roots), taxonomy, class_map, manifest=manifest)
+    except DataError as e:
+        raise BuildInputError(str(e)) from None
+
+
 def plan_folder(
     folder: str | os.PathLike, *, taxonomy=None, class_map: dict[str, str] | None = None, roots=None
 ) -> Plan:
-    folder = Path(folder)
-    roots = _real_roots(roots)
-    if not folder.is_dir():
-        raise BuildInputError(f"{folder}: no such folder")
-    plan = Plan(str(folder), [])
-    try:
-        class_dirs = sorted(
-            p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")
-        )
-    except OSError as e:
-        raise BuildInputError(f"{folder}: cannot list ({e.strerror})") from None
-    if not class_dirs:
-        raise BuildInputError(f"{folder}: no class folders (expected DIR/<class name>/<images>)")
-    for d in class_dirs:
-        if not _inside(Path(os.path.realpath(d)), roots):
-            plan.skipped.append((d.relative_to(folder).as_posix() + "/", "outside the data roots"))
-            continue
-        node = _class_node(d.name, class_map, taxonomy)
-        files = []
-        for dirpath, dirnames, filenames in os.walk(d):  # symlinked folders are not followed
-            dirnames[:] = sorted(n for n in dirnames if not n.startswith("."))
-            for n in sorted(filenames):
-                if Path(n).suffix.lower() in IMAGE_SUFFIXES and not n.startswith("."):
-                    files.append(Path(dirpath) / n)
-        for f in files:
-            rel = f.relative_to(folder).as_posix()
-            if node is None:
-                plan.skipped.append((rel, f"class {d.name!r} is not in the taxonomy"))
-                continue
-            real = Path(os.path.realpath(f))
-            if not _inside(real, roots):
-                plan.skipped.append((rel, "outside the data roots"))
-                continue
-            plan.sources.append(Source(rel, node, path=str(real)))
-    return plan
+    return _listed(list_folder, folder, taxonomy, class_map, roots, manifest=False)
 
 
 def plan_manifest(
     path: str | os.PathLike, *, taxonomy=None, class_map: dict[str, str] | None = None, roots=None
 ) -> Plan:
-    path = Path(path)
-    roots = _real_roots(roots)
-    if not path.is_file():
-        raise BuildInputError(f"{path}: no such manifest file")
-    try:
-        with open(path, newline="", encoding="utf-8") as f:
-            rows = list(csv.reader(f))
-    except (OSError, UnicodeDecodeError, csv.Error) as e:
-        raise BuildInputError(f"{path}: unreadable manifest ({e})") from None
-    if not rows:
-        raise BuildInputError(f"{path}: empty manifest (expected a header id,path[,label])")
-    header = [h.strip().lower() for h in rows[0]]
-    if (
-        header[:2] != ["id", "path"]
-        or len(header) > 3
-        or (len(header) == 3 and header[2] != "label")
-    ):
-        raise BuildInputError(f"{path}: header must be id,path[,label], got {','.join(rows[0])}")
-    plan = Plan(str(path), [])
-    seen: set[str] = set()
-    for line, row in enumerate(rows[1:], start=2):
-        where = f"{path.name}:{line}"
-        if not row or all(not c.strip() for c in row):
-            continue
-        if len(row) < 2 or len(row) > len(header):
-            plan.skipped.append((where, f"expected {len(header)} columns, got {len(row)}"))
-            continue
-        item_id, rel = row[0].strip(), row[1].strip()
-        if not item_id:
-            plan.skipped.append((where, "empty id"))
-            continue
-        if item_id in seen:
-            plan.skipped.append((where, f"duplicate id {item_id!r}"))
-            continue
-        label = row[2].strip() if len(row) > 2 else ""
-        node = None
-        if label:
-            node = _class_node(label, class_map, taxonomy)
-            if node is None:
-                plan.skipped.append((item_id, f"class {label!r} is not in the taxonomy"))
-                continue
-        p = Path(rel)
-        if roots is not None and ".." in p.parts:
-            plan.skipped.append((item_id, "path contains '..'"))
-            continue
-        p = p if p.is_absolute() else path.parent / p
-        real = Path(os.path.realpath(p))
-        if not _inside(real, roots):
-            plan.skipped.append((item_id, "outside the data roots"))
-            continue
-        seen.add(item_id)
-        plan.sources.append(Source(item_id, node, path=str(real)))
-    return plan
+    return _listed(list_manifest, path, taxonomy, class_map, roots, manifest=True)
 
 
 def plan_path(path: str | os.PathLike, *, taxonomy=None, class_map=None, roots=None) -> Plan:
@@ -321,29 +275,15 @@ class _Pictures:
         return (i, *read_picture(s.path, self.max_pixels))
 
 
-def read_picture(path: str, max_pixels: int = 40_000_000) -> tuple[np.ndarray | None, str | None]:
-    """Decode one file: (uint8 pixels, None) or (None, why not)."""
-    import warnings
-
-    from PIL import Image
-
+def read_picture(
+    path: str, max_pixels: int = DEFAULT_MAX_PIXELS
+) -> tuple[np.ndarray | None, str | None]:
+    """Decode one file (:func:`models.imaging.decode`): (uint8 pixels, None) or
+    (None, why not)."""
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(path) as im:
-                if im.size[0] * im.size[1] > max_pixels:
-                    return None, f"too many pixels ({im.size[0]}x{im.size[1]})"
-                if im.format == "JPEG":
-                    im.draft("RGB" if im.mode not in ("L", "1") else "L", (512, 512))
-                im.load()
-                if max(im.size) > 512:
-                    im.thumbnail((512, 512))
-                mode = "L" if im.mode in ("1", "L", "I", "I;16", "F") else "RGB"
-                return np.asarray(im.convert(mode), dtype=np.uint8).copy(), None
-    except FileNotFoundError:
-        return None, "no such file"
-    except Exception as e:  # noqa: BLE001 - any decoding failure skips the file
-        return None, f"unreadable ({type(e).__name__})"
+        return decode(path, max_pixels=max_pixels), None
+    except ImageDecodeError as e:
+        return None, e.reason
 
 
 def _collate(batch):
@@ -354,6 +294,16 @@ def _stack(images: list[np.ndarray]):
     if images and all(im.shape == images[0].shape for im in images):
         return np.stack(images)
     return images
+
+
+def _index_labels(index) -> set[str]:
+    """The labels the index's items carry (read from its store)."""
+    out = set()
+    for item_id in index.ids():
+        item = index.get(item_id)
+        if item is not None and item.label is not None:
+            out.add(item.label)
+    return out
 
 
 def embed_plan(
@@ -367,18 +317,22 @@ def embed_plan(
     cancel: threading.Event | None = None,
     on_progress: Callable[[int], None] | None = None,
     mp_context: str | None = None,
-    max_pixels: int = 40_000_000,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    labels_in_use: Callable[[], Iterable[str]] | None = None,
 ) -> Iterator[Batch]:
     """Decode and embed the plan's pictures; yields one :class:`Batch` at a time.
 
-    ``skip_ids(id)`` true: the source is skipped as "already indexed".
-    ``on_progress(n)`` is called with the number of sources handled (embedded
-    or skipped) after each batch. ``cancel`` stops between batches.
+    ``skip_ids(id)`` true (asked once per source, before anything is read): the
+    source is skipped as "already indexed". ``on_progress(n)`` is called with
+    the number of sources handled (embedded or skipped) after each batch.
+    ``cancel`` stops between batches (``report.cancelled``). Unlabelled sources
+    get the nearest prototype among ``labels_in_use()`` (asked only when one is
+    unlabelled) and the labels the plan gives (:mod:`models.prototypes`).
     """
     import torch
     from torch.utils.data import DataLoader
 
-    from models.geometry import poincare
+    from models.prototypes import Prototypes, prediction_labels
 
     report = report if report is not None else BuildReport(plan.name)
     for src, reason in plan.skipped:
@@ -396,8 +350,12 @@ def embed_plan(
         on_progress(already + len(plan.skipped))
     if not todo:
         return
-    class_nodes = [node for _, node in getattr(model, "classes", [])] or list(model.labels.names)
-    protos = model.prototypes(class_nodes)
+    candidates = None
+    if any(s.label is None for s in todo):
+        in_use = set(labels_in_use() if labels_in_use is not None else ())
+        in_use |= {s.label for s in plan.sources if s.label is not None}
+        names = prediction_labels(in_use, model.labels.taxonomy.names)
+        candidates = Prototypes.of_labels(model.labels).subset(names)
     workers = 0 if plan.images is not None else workers
     loader = DataLoader(
         _Pictures(todo, plan.images, max_pixels),
@@ -420,24 +378,24 @@ def embed_plan(
                 good.append(todo[i])
                 pixels.append(px)
         if good:
-            z = model.embed(_stack(pixels)).to(torch.float64)
+            z = model.embed(_stack(pixels)).to(torch.float64).numpy()
+            missing = [j for j, s in enumerate(good) if s.label is None]
+            predicted = (
+                dict(zip(missing, candidates.nearest(z[missing]), strict=True)) if missing else {}
+            )
             labels: list[str] = []
             payloads: list[dict] = []
-            missing = [j for j, s in enumerate(good) if s.label is None]
-            predicted = {}
-            if missing:
-                d = poincare.pairwise_dist(z[missing], protos, c=model.curvature)
-                for j, r in zip(missing, torch.argmin(d, dim=1).tolist(), strict=True):
-                    predicted[j] = class_nodes[r]
             for j, s in enumerate(good):
                 image = {"path": s.path} if s.path is not None else {**plan.payload, "row": s.row}
                 labels.append(s.label if s.label is not None else predicted[j])
                 payloads.append(
                     {"image": image, "label_source": "given" if s.label else "predicted"}
                 )
-            yield Batch([s.id for s in good], z.numpy(), labels, payloads)
+            yield Batch([s.id for s in good], z, labels, payloads)
         if on_progress is not None:
             on_progress(len(chunk))
+    if cancel is not None and cancel.is_set():
+        report.cancelled = True
 
 
 def build_index(
@@ -449,10 +407,29 @@ def build_index(
     workers: int = 2,
     progress: bool = False,
     resume: bool = True,
+    write: Callable[[list[str], np.ndarray, list[str], list[dict]], None] | None = None,
+    labels_in_use: Callable[[], Iterable[str]] | None = None,
+    report: BuildReport | None = None,
+    cancel: threading.Event | None = None,
+    on_progress: Callable[[int], None] | None = None,
+    mp_context: str | None = None,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
 ) -> BuildReport:
-    """Embed ``plan`` into ``index`` batch by batch (each batch durable before the
-    next); ids already in the index are skipped when ``resume``."""
-    report = BuildReport(plan.name)
+    """Embed ``plan`` into ``index`` batch by batch, each batch durable before the
+    next is read; with ``resume``, ids in the index when the build starts are
+    skipped (an item deleted meanwhile stays deleted).
+
+    ``write(ids, vectors, labels, payloads)`` writes one batch (default
+    ``index.add``; the service passes its runtime's upsert, which keeps its
+    tallies); ``labels_in_use()`` gives the labels of the index's items when
+    an unlabelled source needs a prediction (default: read from ``index``).
+    ``report`` is filled as the build goes (``indexed`` after each batch)."""
+    report = report if report is not None else BuildReport(plan.name)
+    if write is None:
+
+        def write(ids, vectors, labels, payloads):
+            index.add(vectors, ids, labels=labels, payloads=payloads)
+
     t0 = time.perf_counter()
     bar = None
     if progress:
@@ -465,6 +442,13 @@ def build_index(
             dynamic_ncols=True,
             smoothing=0.1,
         )
+
+    def advance(n: int) -> None:
+        if bar is not None:
+            bar.update(n)
+        if on_progress is not None:
+            on_progress(n)
+
     try:
         for batch in embed_plan(
             model,
@@ -473,9 +457,13 @@ def build_index(
             workers=workers,
             skip_ids=(lambda i: i in index) if resume else None,
             report=report,
-            on_progress=bar.update if bar is not None else None,
+            cancel=cancel,
+            on_progress=advance,
+            mp_context=mp_context,
+            max_pixels=max_pixels,
+            labels_in_use=labels_in_use or (lambda: _index_labels(index)),
         ):
-            index.add(batch.vectors, batch.ids, labels=batch.labels, payloads=batch.payloads)
+            write(batch.ids, batch.vectors, batch.labels, batch.payloads)
             report.indexed += len(batch.ids)
     finally:
         if bar is not None:

@@ -3,7 +3,7 @@
 Given label prototypes (the label embeddings, points of the ball), the
 taxonomy's parent function, the curvature and the cone constant ``K``, the
 holding label of an item ``x`` is found by starting at the prototype nearest to
-``x`` (geodesic distance, ``models.geometry.poincare.pairwise_dist``) and
+``x`` (geodesic distance, :func:`models.prototypes.nearest_rows`) and
 walking up the ancestor chain until a label whose entailment cone holds ``x``
 (``models.geometry.cones.in_cone(label_point, x)``).  Labels of the chain
 without a prototype are passed over; if no cone of the chain holds ``x`` the
@@ -21,6 +21,8 @@ from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 import numpy as np
+
+from models.geometry import poincare_np
 
 from .errors import IndexInputError
 
@@ -84,6 +86,7 @@ class LabelCones:
             raise IndexInputError(f"prototypes[{names[j]!r}]: outside the ball of curvature {c}")
         self.labels = names
         self.points = np.ascontiguousarray(pts)
+        self._gaps = poincare_np.gap(self.points, c=c)
         self.row = {n: j for j, n in enumerate(names)}
         self.curvature = c
         self.K = float(K)
@@ -121,23 +124,11 @@ class LabelCones:
 
     # -- holding labels ----------------------------------------------------------------
     def nearest_labels(self, x: np.ndarray) -> np.ndarray:
-        """Row of the nearest prototype (geodesic distance) of each item."""
-        import torch
+        """Row of the nearest prototype of each item, among the cones' labels
+        (:func:`models.prototypes.nearest_rows`, the one nearest-prototype rule)."""
+        from models.prototypes import nearest_rows
 
-        from models.geometry import poincare
-
-        from .geometry import torch_threads
-
-        protos = torch.from_numpy(self.points)
-        out = np.empty(len(x), dtype=np.int64)
-        step = max(1, 4_000_000 // max(1, len(self.labels)))
-        with torch_threads():
-            for a in range(0, len(x), step):
-                d = poincare.pairwise_dist(
-                    torch.from_numpy(x[a : a + step]), protos, c=self.curvature
-                )
-                out[a : a + step] = torch.argmin(d, dim=1).numpy()
-        return out
+        return nearest_rows(x, self.points, curvature=self.curvature, gaps=self._gaps)
 
     def holding_labels(self, x: np.ndarray) -> list[str]:
         """The holding label of each row of ``x`` (float64 ``(n, dim)`` points)."""

@@ -16,11 +16,13 @@ from __future__ import annotations
 import gzip
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from .imaging import DEFAULT_MAX_PIXELS, IMAGE_SUFFIXES, ImageDecodeError, decode
 
 DEFAULT_FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
 
@@ -119,25 +121,16 @@ def load_fashion_mnist(
 
 # ---------------------------------------------------------------- a user's images
 
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 
-
-def read_image(path: str | os.PathLike) -> np.ndarray:
-    """Decode one image file with Pillow: uint8 (h, w) for grayscale, (h, w, 3) otherwise."""
-    path = Path(path)
+def read_image(path: str | os.PathLike, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarray:
+    """Decode one image file (:func:`models.imaging.decode`, the decoder of builds and
+    queries too): uint8 (h, w) for grayscale, (h, w, 3) otherwise."""
     try:
-        from PIL import Image, UnidentifiedImageError
-    except ImportError:  # pragma: no cover - Pillow is a dependency of image loading only
-        raise DataError(f"{path}: reading images needs Pillow (pip install pillow)") from None
-    try:
-        with Image.open(path) as im:
-            im.load()
-            mode = "L" if im.mode in ("1", "L", "I", "I;16", "F") else "RGB"
-            return np.asarray(im.convert(mode), dtype=np.uint8).copy()
-    except FileNotFoundError:
-        raise DataError(f"{path}: no such image file") from None
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
-        raise DataError(f"{path}: unreadable image ({type(e).__name__}: {e})") from None
+        return decode(path, max_pixels=max_pixels)
+    except ImageDecodeError as e:
+        if e.kind == "missing":
+            raise DataError(f"{path}: no such image file") from None
+        raise DataError(f"{path}: unreadable image ({e})") from None
 
 
 def _stack(images: list[np.ndarray]) -> np.ndarray | list[np.ndarray]:
@@ -147,74 +140,110 @@ def _stack(images: list[np.ndarray]) -> np.ndarray | list[np.ndarray]:
     return images
 
 
-def _map_class(name: str, class_map: dict[str, str] | None, taxonomy, where: str) -> str:
-    """Class name -> taxonomy node: through ``class_map``, else the name (or a taxonomy word)."""
+def map_class(name: str, class_map: dict[str, str] | None, taxonomy) -> str:
+    """Class name -> taxonomy node: through ``class_map``, else the name itself, then
+    ``taxonomy.resolve`` (anything with that method; a synset name resolves to itself,
+    a word to one of its senses). Raises :class:`DataError` (without a location)."""
     if class_map is not None:
         if name not in class_map:
-            raise DataError(f"{where}: class {name!r} has no entry in the class map")
+            raise DataError(f"class {name!r} has no entry in the class map")
         node = class_map[name]
     else:
         node = name
-    if taxonomy is not None and node not in taxonomy:
+    if taxonomy is not None:
         try:
             node = taxonomy.resolve(node)
-        except Exception:
+        except Exception:  # noqa: BLE001 - UnknownLabelError, TypeError
             raise DataError(
-                f"{where}: class {name!r} maps to {node!r}, which is not in the taxonomy"
+                f"class {name!r} maps to {node!r}, which is not in the taxonomy"
             ) from None
     return node
 
 
-def load_folder(
-    folder: str | os.PathLike,
-    class_map: dict[str, str] | None = None,
-    taxonomy=None,
-) -> ImageSet:
-    """Images of ``DIR/<class name>/<image files>``; ids are paths relative to ``DIR``.
+@dataclass(frozen=True)
+class Listed:
+    """One picture of a folder or manifest: its id, class name ("" = none), real path."""
 
-    ``class_map`` maps the folder names to taxonomy nodes (default: the folder
-    name is the node, or a word that ``taxonomy.resolve`` knows). A missing
-    folder, an unreadable image or an unmapped class raises :class:`DataError`
-    naming it. Classes are sorted by name; files in a class by name.
-    """
+    id: str
+    label: str
+    path: str
+    where: str  # the class folder, or "manifest:line"
+
+
+@dataclass
+class Listing:
+    """What a folder or manifest lists, and what it refuses to list.
+
+    ``problems``: ``(where, reason, item id or None)``; ``classes``: the class
+    names of a folder, sorted (a class may have no entries)."""
+
+    source: str
+    entries: list[Listed]
+    problems: list[tuple[str, str, str | None]] = field(default_factory=list)
+    classes: list[str] = field(default_factory=list)
+
+
+def _inside(real: Path, roots: list[Path] | None) -> bool:
+    return roots is None or any(real == r or r in real.parents for r in roots)
+
+
+def _real_roots(roots) -> list[Path] | None:
+    return None if roots is None else [Path(os.path.realpath(r)) for r in roots]
+
+
+def list_folder(folder: str | os.PathLike, roots=None) -> Listing:
+    """The image files of ``DIR/<class name>/...`` (ids: paths relative to ``DIR``).
+
+    Classes and files are sorted; hidden names are left out; symlinked folders
+    are not followed. With ``roots``, a class folder or file whose real path is
+    outside them is a problem, not an entry."""
     folder = Path(folder)
+    roots = _real_roots(roots)
     if not folder.is_dir():
         raise DataError(f"{folder}: no such folder")
-    class_dirs = sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+    try:
+        class_dirs = sorted(
+            p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")
+        )
+    except OSError as e:
+        raise DataError(f"{folder}: cannot list ({e.strerror})") from None
     if not class_dirs:
         raise DataError(f"{folder}: no class folders (expected DIR/<class name>/<images>)")
-    classes, images, targets, ids = [], [], [], []
+    out = Listing(str(folder), [])
     for d in class_dirs:
-        node = _map_class(d.name, class_map, taxonomy, str(d))
-        files = sorted(
-            p for p in d.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES
-        )
-        if not files:
-            raise DataError(f"{d}: no image files")
-        t = len(classes)
-        classes.append((d.name, node))
-        for f in files:
-            images.append(read_image(f))
-            targets.append(t)
-            ids.append(f.relative_to(folder).as_posix())
-    return ImageSet(_stack(images), np.asarray(targets, dtype=np.int64), tuple(classes), ids)
+        rel_d = d.relative_to(folder).as_posix()
+        if not _inside(Path(os.path.realpath(d)), roots):
+            out.problems.append((rel_d + "/", "outside the data roots", None))
+            continue
+        out.classes.append(d.name)
+        files = []
+        for dirpath, dirnames, filenames in os.walk(d):  # symlinked folders are not followed
+            dirnames[:] = [n for n in dirnames if not n.startswith(".")]
+            files += [
+                Path(dirpath) / n
+                for n in filenames
+                if Path(n).suffix.lower() in IMAGE_SUFFIXES and not n.startswith(".")
+            ]
+        for f in sorted(files):
+            rel = f.relative_to(folder).as_posix()
+            real = Path(os.path.realpath(f))
+            if not _inside(real, roots):
+                out.problems.append((rel, "outside the data roots", rel))
+                continue
+            out.entries.append(Listed(rel, d.name, str(real), str(d)))
+    return out
 
 
-def load_manifest(
-    path: str | os.PathLike,
-    class_map: dict[str, str] | None = None,
-    taxonomy=None,
-) -> ImageSet:
-    """Images listed by a CSV manifest with header ``id,path[,label]``.
+def list_manifest(path: str | os.PathLike, roots=None) -> Listing:
+    """The rows of a CSV manifest with header ``id,path[,label]``.
 
-    Paths are relative to the manifest's folder (or absolute); ``label`` is a
-    class name mapped through ``class_map`` (default: a taxonomy node or word).
-    Rows without a label get target -1 (unlabelled, for self-supervised
-    objectives). Ids are the ``id`` column and must be unique.
-    """
+    Paths are relative to the manifest's folder (or absolute). A row with the
+    wrong number of columns, an empty or repeated id -- and with ``roots``, a
+    path with a ``..`` component or outside the roots -- is a problem."""
     import csv
 
     path = Path(path)
+    roots = _real_roots(roots)
     if not path.is_file():
         raise DataError(f"{path}: no such manifest file")
     try:
@@ -231,35 +260,95 @@ def load_manifest(
         or (len(header) == 3 and header[2] != "label")
     ):
         raise DataError(f"{path}: header must be id,path[,label], got {','.join(rows[0])}")
-    classes: list[tuple[str, str]] = []
-    index: dict[str, int] = {}
-    images, targets, ids, seen = [], [], [], set()
+    out = Listing(str(path), [])
+    seen: set[str] = set()
     for line, row in enumerate(rows[1:], start=2):
+        where = f"{path}:{line}"
         if not row or all(not c.strip() for c in row):
             continue
         if len(row) < 2 or len(row) > len(header):
-            raise DataError(f"{path}:{line}: expected {len(header)} columns, got {len(row)}")
+            out.problems.append((where, f"expected {len(header)} columns, got {len(row)}", None))
+            continue
         item_id, rel = row[0].strip(), row[1].strip()
         if not item_id:
-            raise DataError(f"{path}:{line}: empty id")
+            out.problems.append((where, "empty id", None))
+            continue
         if item_id in seen:
-            raise DataError(f"{path}:{line}: duplicate id {item_id!r}")
+            out.problems.append((where, f"duplicate id {item_id!r}", None))
+            continue
+        p = Path(rel)
+        if roots is not None and ".." in p.parts:
+            out.problems.append((where, "path contains '..'", item_id))
+            continue
+        real = Path(os.path.realpath(p if p.is_absolute() else path.parent / p))
+        if not _inside(real, roots):
+            out.problems.append((where, "outside the data roots", item_id))
+            continue
         seen.add(item_id)
         label = row[2].strip() if len(row) > 2 else ""
-        target = -1
-        if label:
-            if label not in index:
-                node = _map_class(label, class_map, taxonomy, f"{path}:{line}")
-                index[label] = len(classes)
-                classes.append((label, node))
-            target = index[label]
-        img_path = Path(rel) if Path(rel).is_absolute() else path.parent / rel
-        images.append(read_image(img_path))
+        out.entries.append(Listed(item_id, label, str(real), where))
+    return out
+
+
+def _load_listing(listing: Listing, class_map, taxonomy) -> ImageSet:
+    """Read every entry; the first problem, unmapped class or unreadable image raises."""
+    if listing.problems:
+        where, reason, _ = listing.problems[0]
+        raise DataError(f"{where}: {reason}")
+    classes: list[tuple[str, str]] = []
+    index: dict[str, int] = {}
+    for name in listing.classes:  # a folder's classes, in order, each with images
+        if not any(e.label == name for e in listing.entries):
+            raise DataError(f"{Path(listing.source) / name}: no image files")
+    images, targets, ids = [], [], []
+    for e in listing.entries:
+        target = -1  # unlabelled (manifest rows without a label)
+        if e.label:
+            if e.label not in index:
+                try:
+                    node = map_class(e.label, class_map, taxonomy)
+                except DataError as err:
+                    raise DataError(f"{e.where}: {err}") from None
+                index[e.label] = len(classes)
+                classes.append((e.label, node))
+            target = index[e.label]
+        images.append(read_image(e.path))
         targets.append(target)
-        ids.append(item_id)
+        ids.append(e.id)
     if not images:
-        raise DataError(f"{path}: the manifest lists no images")
+        raise DataError(f"{listing.source}: lists no images")
     return ImageSet(_stack(images), np.asarray(targets, dtype=np.int64), tuple(classes), ids)
+
+
+def load_folder(
+    folder: str | os.PathLike,
+    class_map: dict[str, str] | None = None,
+    taxonomy=None,
+) -> ImageSet:
+    """Images of ``DIR/<class name>/<image files>``; ids are paths relative to ``DIR``.
+
+    ``class_map`` maps the folder names to taxonomy nodes (default: the folder
+    name is the node, or a word that ``taxonomy.resolve`` knows). A missing
+    folder, an unreadable image or an unmapped class raises :class:`DataError`
+    naming it. Classes are sorted by name; files in a class by name
+    (:func:`list_folder`).
+    """
+    return _load_listing(list_folder(folder), class_map, taxonomy)
+
+
+def load_manifest(
+    path: str | os.PathLike,
+    class_map: dict[str, str] | None = None,
+    taxonomy=None,
+) -> ImageSet:
+    """Images listed by a CSV manifest with header ``id,path[,label]``
+    (:func:`list_manifest`).
+
+    ``label`` is a class name mapped through ``class_map`` (default: a taxonomy
+    node or word). Rows without a label get target -1 (unlabelled, for
+    self-supervised objectives). Ids are the ``id`` column and must be unique.
+    """
+    return _load_listing(list_manifest(path), class_map, taxonomy)
 
 
 def load_dataset(

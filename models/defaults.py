@@ -1,24 +1,12 @@
-"""The embedded default: Fashion-MNIST images under a WordNet taxonomy of clothing, footwear and bags.
+"""The embedded default taxonomy: WordNet's clothing, footwear and bags, for Fashion-MNIST.
 
-``hypsearch demo`` (what ``make run`` runs) builds these artifacts under
-``$HYPSEARCH_HOME`` once and reuses them afterwards:
-
-* ``taxonomy.tsv``: the default taxonomy (:func:`default_taxonomy`);
-* ``labels.safetensors``: its label embeddings;
-* ``model.safetensors``: the image model trained on the Fashion-MNIST train
-  split against them (within :data:`DEMO_BUDGET` seconds in all, on 2 cores);
-* ``index/``: the index of the Fashion-MNIST test split, built once (its
-  ``build.json`` marks it complete); afterwards it is only served, so every
-  write acknowledged by the service (upserts and deletes) survives restarts.
+:func:`default_taxonomy` is what ``hypsearch demo`` trains its labels on (the
+pipeline that builds the demo's artifacts is :mod:`service.demo`).
 """
 
 from __future__ import annotations
 
-import json
 import os
-import time
-from contextlib import contextmanager
-from pathlib import Path
 
 from .data import FASHION_MNIST_CLASSES
 from .taxonomy import DEFAULT_WORDNET_DIR, Taxonomy
@@ -27,9 +15,6 @@ from .taxonomy import DEFAULT_WORDNET_DIR, Taxonomy
 #: footwear live under covering.n.02) and every container (bags), plus their
 #: ancestors up to entity.n.01.
 DEFAULT_ROOTS = ("covering.n.02", "container.n.01")
-
-#: Seconds the first run of the demo may take in all (labels, image model, index).
-DEMO_BUDGET = 570.0
 
 
 def default_taxonomy(wordnet_dir: str | os.PathLike = DEFAULT_WORDNET_DIR) -> Taxonomy:
@@ -44,173 +29,3 @@ def default_taxonomy(wordnet_dir: str | os.PathLike = DEFAULT_WORDNET_DIR) -> Ta
         keep.add(synset)
         keep |= full.ancestors(synset)
     return full.induced(keep)
-
-
-@contextmanager
-def torch_threads(n: int | None):
-    """torch intra-op threads set to ``n`` inside the block (``None``: unchanged).
-
-    Label training and evaluation are many small operations, which one thread
-    runs fastest (two threads on a busy 2-core machine can be many times
-    slower); the image model's convolutions use more."""
-    import torch
-
-    if n is None:
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
-def run_default_pipeline(
-    home: str | os.PathLike, *, progress: bool = True, threads: int | None = None
-) -> dict:
-    """Build (or reuse) the default artifacts under ``home``; returns a summary.
-
-    ``threads``: torch threads for the image model's training and the index
-    build (label training always uses one)."""
-    from .labels import LabelEmbedding, LabelTrainConfig, evaluate_reconstruction, train_labels
-
-    home = Path(home)
-    home.mkdir(parents=True, exist_ok=True)
-    steps = []
-    t0 = time.perf_counter()
-    tax = default_taxonomy()
-    tax_path = home / "taxonomy.tsv"
-    if not tax_path.exists():
-        tax.to_tsv(tax_path)
-        steps.append(f"wrote the default taxonomy ({len(tax)} WordNet nouns) to {tax_path}")
-    labels_path = home / "labels.safetensors"
-    emb = None
-    if labels_path.exists():
-        emb = LabelEmbedding.load(labels_path)
-        if emb.taxonomy != tax:
-            emb = None
-        else:
-            steps.append(f"reused label embeddings {labels_path}")
-    if emb is None:
-        with torch_threads(1):
-            emb = train_labels(tax, LabelTrainConfig(), progress=progress)
-            emb.metrics |= evaluate_reconstruction(emb)
-        emb.save(labels_path)
-        steps.append(
-            f"trained label embeddings of {len(tax)} nodes in {emb.metrics['train_seconds']:.0f} s "
-            f"(reconstruction MAP {emb.metrics['map']:.3f}, mean rank "
-            f"{emb.metrics['mean_rank']:.2f}) -> {labels_path}"
-        )
-    with torch_threads(threads):
-        model_path, model = _default_model(home, emb, steps, t0, progress, threads)
-        index_path, items = _default_index(home, model, model_path, steps, progress)
-    summary = {
-        "home": str(home),
-        "taxonomy": str(tax_path),
-        "labels": str(labels_path),
-        "model": str(model_path),
-        "index": str(index_path),
-        "items": items,
-        "nodes": len(tax),
-        "metrics": {k: emb.metrics.get(k) for k in ("map", "mean_rank")}
-        | {
-            k: model.metrics.get(k)
-            for k in ("val_acc", "epochs", "train_seconds")
-            if k in model.metrics
-        },
-        "seconds": time.perf_counter() - t0,
-        "steps": steps,
-    }
-    summary["message"] = "\n".join(steps)
-    return summary
-
-
-def _default_model(
-    home: Path, emb, steps: list[str], t0: float, progress: bool, threads: int | None = None
-):
-    """The image model of the demo: reused when trained against these labels."""
-    from .checkpoint import CheckpointError
-    from .image_model import ImageModel
-    from .train import TrainConfig, train
-
-    path = home / "model.safetensors"
-    if path.exists():
-        try:
-            model = ImageModel.load(path)
-        except CheckpointError:
-            model = None
-        if model is not None and model.labels.version == emb.version:
-            steps.append(f"reused image model {path}")
-            return path, model
-    cfg = TrainConfig()
-    if threads and hasattr(cfg, "threads"):
-        cfg.threads = threads
-    spent = time.perf_counter() - t0
-    cfg.time_budget = max(60.0, DEMO_BUDGET - spent - 60.0)  # leave a minute for the index
-    partial = path.with_name(path.name + ".partial")
-    model = train(cfg, emb, progress=progress, checkpoint_path=partial)
-    model.save(path)
-    partial.unlink(missing_ok=True)
-    m = model.metrics
-    steps.append(
-        f"trained the image model ({m.get('epochs')} epochs in {m.get('train_seconds', 0):.0f} s, "
-        f"validation accuracy {float(m.get('val_acc') or 'nan'):.3f}) -> {path}"
-    )
-    return path, model
-
-
-def _default_index(
-    home: Path, model, model_path: Path, steps: list[str], progress: bool, limit: int | None = None
-):
-    """The index of the Fashion-MNIST test split: built once, then only served
-    (``limit``: only the first rows, for tests)."""
-    from indexing import HyperbolicIndex
-    from indexing.build import build_index, plan_dataset
-
-    from .data import DEFAULT_FASHION_MNIST_DIR
-
-    path = home / "index"
-    marker = path / "build.json"
-    if marker.exists():
-        try:
-            done = json.loads(marker.read_text())
-        except (OSError, ValueError):
-            done = {}
-        if done.get("model") == model.version:
-            index = HyperbolicIndex.load(path)
-            items = len(index)
-            index.close()
-            steps.append(f"reused the index {path} ({items} items)")
-            return path, items
-        # built by another model: its vectors are not comparable; keep it aside
-        aside = home / f"index.{done.get('model', 'old')[:12]}.{int(time.time())}"
-        path.rename(aside)
-        steps.append(f"the index was built by another model; moved it to {aside}")
-    index = HyperbolicIndex(dim=model.dim, curvature=model.curvature, path=path)
-    plan = plan_dataset("fashion-mnist", "test", DEFAULT_FASHION_MNIST_DIR)
-    plan.sources = plan.sources[:limit]
-    try:
-        report = build_index(
-            model,
-            index,
-            plan,
-            progress=progress,
-            workers=0,
-        )
-        index.save()
-        items = len(index)
-    finally:
-        index.close()
-    marker.write_text(
-        json.dumps({"model": model.version, "source": "fashion-mnist:test", "items": items})
-    )
-    steps.append(
-        f"indexed {report.indexed} Fashion-MNIST test images in {report.seconds:.0f} s "
-        f"({report.images_per_second:.0f} images/s) -> {path}"
-    )
-    return path, items
-
-
-if __name__ == "__main__":  # pragma: no cover
-    print(json.dumps(run_default_pipeline(os.environ.get("HYPSEARCH_HOME", "var")), indent=1))

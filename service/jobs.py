@@ -1,13 +1,16 @@
 """Background index jobs: one at a time, with progress and cancel.
 
 A job reads a folder or a manifest under the configured data roots
-(:func:`indexing.build.check_under_roots`), embeds every picture
-(:func:`indexing.build.embed_plan`: multi-worker loader, batched inference),
-and writes all of its items in one upsert at the end: they become visible
-together, durable when the job says ``succeeded``; a cancelled or failed job
-writes nothing. Searches keep being answered while a job runs (its embedding
-runs in a background thread; the final write takes the index's write lock
-for one batch insert).
+(:func:`indexing.build.check_under_roots`) and runs the one durable, resumable
+build of the CLI and the demo (:func:`indexing.build.build_index`:
+multi-worker loader, batched inference): the ids to embed are those not in the
+index when the job starts, and every batch is written through
+:meth:`service.runtime.Runtime.upsert` (durable, tallies kept) before the
+next one is read. So an item deleted while a job runs stays deleted; a
+cancelled or failed job keeps the batches it wrote, and running it again
+resumes after them. Searches keep being answered while a job runs (its
+embedding runs in a background thread; each write takes the index's write lock
+for one batch).
 """
 
 from __future__ import annotations
@@ -19,14 +22,12 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from indexing.build import (
     BuildInputError,
     BuildReport,
     OutsideRootsError,
+    build_index,
     check_under_roots,
-    embed_plan,
     plan_path,
 )
 
@@ -111,8 +112,10 @@ class JobManager:
             real = check_under_roots(path, roots)
         except OutsideRootsError as e:
             raise ApiError(403, str(e)) from None
-        except BuildInputError as e:
-            raise ApiError(422, str(e)) from None
+        except (BuildInputError, ValueError) as e:
+            raise ApiError(
+                422, str(e) if isinstance(e, BuildInputError) else f"path: {e}"
+            ) from None
         if not real.exists():
             raise ApiError(404, f"path: {path} does not exist")
         if not (real.is_dir() or (real.is_file() and real.suffix.lower() == ".csv")):
@@ -169,35 +172,33 @@ class JobManager:
             )
             job.total = len(plan.sources) + len(plan.skipped)
             job.report = BuildReport(plan.name)
-            ids, vecs, labels, payloads = [], [], [], []
-            for batch in embed_plan(
+
+            def write(ids, vectors, labels, payloads):
+                rt.upsert(ids, vectors, labels, payloads)
+                job.indexed += len(ids)
+                if self.metrics is not None:
+                    self.metrics.items.set(len(rt))
+                    self.metrics.job_images.labels("indexed").inc(len(ids))
+
+            build_index(
                 rt.model,
+                rt.index,
                 plan,
                 batch_size=self.settings.job_batch_size,
                 workers=self.settings.job_workers,
+                write=write,
+                labels_in_use=rt.used_labels,
                 report=job.report,
                 cancel=job.cancel,
                 on_progress=lambda n: self._progress(job, n),
                 mp_context="spawn",
                 max_pixels=self.settings.max_image_pixels,
-            ):
-                ids += batch.ids
-                vecs.append(batch.vectors)
-                labels += batch.labels
-                payloads += batch.payloads
-                if job.cancel.is_set():
-                    break
-            if job.cancel.is_set():
+            )
+            if self.metrics is not None:
+                self.metrics.job_images.labels("skipped").inc(sum(job.report.skipped.values()))
+            if job.report.cancelled or job.cancel.is_set():
                 job.state = "cancelled"
                 return
-            if ids:
-                rt.upsert(ids, np.concatenate(vecs), labels, payloads)
-                if self.metrics is not None:
-                    self.metrics.items.set(len(rt))
-            job.indexed = len(ids)
-            if self.metrics is not None:
-                self.metrics.job_images.labels("indexed").inc(len(ids))
-                self.metrics.job_images.labels("skipped").inc(sum(job.report.skipped.values()))
             job.state = "succeeded"
         except (BuildInputError, ValueError) as e:
             job.state, job.error = "failed", str(e)

@@ -22,12 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from indexing import HyperbolicIndex
+from indexing.build import open_index
 from models.geometry import poincare_np
 from models.labels import LabelEmbedding
-from models.taxonomy import Taxonomy, with_words
+from models.prototypes import Prototypes, prediction_labels
+from models.taxonomy import Taxonomy, UnknownLabelError, with_words
 from models.wordnet import WordResolver
 
 log = logging.getLogger("service")
@@ -45,8 +46,7 @@ class _LabelView:
 
     version: int
     used: tuple[str, ...]  # labels carried by at least one live item, sorted
-    points: np.ndarray  # (len(used), D) their prototypes, float64
-    gaps: np.ndarray  # (len(used),) the prototypes' gaps 1 - c|p|^2
+    candidates: Prototypes  # what a prediction chooses among (models.prototypes)
     anc_or_self: dict[str, frozenset[str]]  # used label -> its ancestors and itself
 
 
@@ -92,10 +92,9 @@ class Runtime:
         self.image_dir = Path(image_dir) if image_dir is not None else None
         self.data_dir = Path(data_dir) if data_dir is not None else None
         # label prototypes, float64 numpy (the per-request geometry runs on the numpy
-        # twins of models.geometry.poincare_np: torch costs 100-450 us a call on one vector)
-        self._protos = labels.embeddings.detach().to(torch.float64).numpy().copy()
-        self._protos.setflags(write=False)
-        self._proto_gaps = poincare_np.gap(self._protos, c=self.curvature)
+        # twins of models.geometry.poincare_np: torch costs far more a call on one vector)
+        self._prototypes = Prototypes.of_labels(labels)
+        self._protos = self._prototypes.points
         self._write_lock = threading.Lock()  # one write at a time (index, then tallies)
         self._tally_lock = threading.Lock()  # tallies change or are copied under it
         self._item_label: dict[str, str | None] = {}
@@ -155,12 +154,10 @@ class Runtime:
             with self._tally_lock:
                 version = self._version
                 used = tuple(sorted(lab for lab, n in self._counts.items() if n > 0))
-            rows = [self.taxonomy.index(u) for u in used if u in self.taxonomy]
             used = tuple(u for u in used if u in self.taxonomy)
-            points = self._protos[rows]
-            gaps = self._proto_gaps[rows]
+            candidates = self._prototypes.subset(prediction_labels(used, self.taxonomy.names))
             anc = {u: frozenset(self.taxonomy.ancestors(u)) | {u} for u in used}
-            self._view = _LabelView(version, used, points, gaps, anc)
+            self._view = _LabelView(version, used, candidates, anc)
             self._under_cache = {}
             return self._view
 
@@ -196,25 +193,14 @@ class Runtime:
 
     def nearest_used_labels(self, x: np.ndarray) -> list[str]:
         """For each row of ``x``: the nearest prototype among the labels that
-        indexed items carry (every taxonomy node when the index is empty)."""
-        view = self._label_view()
-        names: Sequence[str] = view.used
-        points, gaps = view.points, view.gaps
-        if not names:
-            names, points, gaps = self.taxonomy.names, self._protos, self._proto_gaps
-        x = np.asarray(x, dtype=np.float64).reshape(-1, self.dim)
-        d = poincare_np.pairwise_dist(x, points, c=self.curvature, gy=gaps)
-        return [names[j] for j in np.argmin(d, axis=1).tolist()]
+        indexed items carry (every taxonomy node when the index is empty): the one
+        rule of :mod:`models.prototypes`."""
+        return self._label_view().candidates.nearest(x)
 
     def nearest_nodes(self, x: np.ndarray, k: int = 5) -> list[tuple[str, float]]:
         """The ``k`` nearest label prototypes of the whole taxonomy to one point
         (ascending distance; equal distances in taxonomy order)."""
-        q = np.asarray(x, dtype=np.float64).reshape(1, -1)
-        d = poincare_np.pairwise_dist(q, self._protos, c=self.curvature, gy=self._proto_gaps)[0]
-        k = min(k, len(d))
-        idx = np.argsort(d, kind="stable")[:k]
-        names = self.taxonomy.names
-        return [(names[j], float(d[j])) for j in idx.tolist()]
+        return self._prototypes.nearest_k(x, k)
 
     def distance_to_origin(self, x: np.ndarray) -> np.ndarray:
         return poincare_np.distance_to_origin(x, c=self.curvature)
@@ -325,10 +311,12 @@ _IMAGE_NAME = re.compile(r"^[0-9a-f]{64}\.png$")
 
 
 def _read_pixels(path: Path) -> np.ndarray | None:
-    from indexing.build import read_picture
+    from models.imaging import ImageDecodeError, decode
 
-    pixels, _ = read_picture(str(path))
-    return pixels
+    try:
+        return decode(path)
+    except ImageDecodeError:
+        return None
 
 
 def open_runtime(settings) -> Runtime:
@@ -354,11 +342,7 @@ def open_runtime(settings) -> Runtime:
             )
     except CheckpointError as e:
         raise StartupError(str(e)) from None
-    index_path = Path(settings.index)
-    if (index_path / "store.sqlite3").exists():
-        index = HyperbolicIndex.load(index_path)
-    else:
-        index = HyperbolicIndex(dim=labels.dim, curvature=labels.curvature, path=index_path)
+    index = open_index(settings.index, dim=labels.dim, curvature=labels.curvature)
     try:
         return Runtime(
             index,

@@ -59,22 +59,24 @@ def main_json(capsys, *args: str) -> tuple[int, dict | str]:
     return code, (json.loads(out) if code == 0 else err)
 
 
+def build_args(model_path, out, *source: str, workers: str = "0") -> list[str]:
+    """``index build`` of ``source`` (``--images X`` or ``--dataset ...``) into ``out``."""
+    return ["index", "build", "--model", str(model_path), *source, "--out", str(out)] + (
+        ["--workers", workers] if workers else []
+    )
+
+
+def build_json(capsys, model_path, out, *source: str, workers: str = "0"):
+    return main_json(
+        capsys, *build_args(model_path, out, *source, workers=workers), "--json", "--quiet"
+    )
+
+
 def test_folder_build_is_resumable_and_lists_skips(tmp_path, model_path, capsys):
     images = write_folder(tmp_path / "pics")
     out = tmp_path / "index"
     p = run_cli(
-        "index",
-        "build",
-        "--model",
-        str(model_path),
-        "--images",
-        str(images),
-        "--out",
-        str(out),
-        "--workers",
-        "2",
-        "--batch-size",
-        "3",
+        *build_args(model_path, out, "--images", str(images), workers="2"), "--batch-size", "3"
     )
     assert p.returncode == 0, p.stderr
     assert "img/s" in p.stderr  # the progress bar shows images per second
@@ -83,42 +85,14 @@ def test_folder_build_is_resumable_and_lists_skips(tmp_path, model_path, capsys)
     assert "'unicorn' is not in the taxonomy" in p.stdout
 
     # resumable: a second run skips what is stored
-    code, r = main_json(
-        capsys,
-        "index",
-        "build",
-        "--model",
-        str(model_path),
-        "--images",
-        str(images),
-        "--out",
-        str(out),
-        "--json",
-        "--quiet",
-        "--workers",
-        "0",
-    )
+    code, r = build_json(capsys, model_path, out, "--images", str(images))
     assert code == 0
     assert r["indexed"] == 0 and r["skipped"]["already indexed"] == 8 and r["items"] == 8
     # a new picture is picked up by the next run
     from PIL import Image
 
     Image.fromarray(fmnist_test_split().images[0]).save(images / "coat" / "new.png")
-    code, r = main_json(
-        capsys,
-        "index",
-        "build",
-        "--model",
-        str(model_path),
-        "--images",
-        str(images),
-        "--out",
-        str(out),
-        "--json",
-        "--quiet",
-        "--workers",
-        "0",
-    )
+    code, r = build_json(capsys, model_path, out, "--images", str(images))
     assert r["indexed"] == 1 and r["items"] == 9
     assert {e["source"] for e in r["skipped_examples"] if "unreadable" in e["reason"]} == {
         str(images / "coat" / "broken.png")
@@ -148,21 +122,7 @@ def test_manifest_and_dataset(tmp_path, model_path, capsys):
         "d,pics/coat/001.png,dragon\n"
     )
     out = tmp_path / "index"
-    code, r = main_json(
-        capsys,
-        "index",
-        "build",
-        "--model",
-        str(model_path),
-        "--images",
-        str(manifest),
-        "--out",
-        str(out),
-        "--json",
-        "--quiet",
-        "--workers",
-        "0",
-    )
+    code, r = build_json(capsys, model_path, out, "--images", str(manifest))
     assert code == 0, r
     assert r["indexed"] == 2 and r["total"] == 4
     assert r["skipped"] == {"no such file": 1, "class 'dragon' is not in the taxonomy": 1}
@@ -173,26 +133,13 @@ def test_manifest_and_dataset(tmp_path, model_path, capsys):
         assert index.get("a").label == "gym_shoe.n.01"
         b = index.get("b")
         assert b.payload["label_source"] == "predicted" and b.label is not None
+        # predicted among the labels that indexed items carry (here: those the build gives)
+        assert b.label in {"gym_shoe.n.01", "coat.n.01"}
     finally:
         index.close()
     # the built-in split, limited; the same index takes more items
-    code, r = main_json(
-        capsys,
-        "index",
-        "build",
-        "--model",
-        str(model_path),
-        "--dataset",
-        "fashion-mnist",
-        "--split",
-        "test",
-        "--limit",
-        "40",
-        "--out",
-        str(out),
-        "--json",
-        "--quiet",
-    )
+    dataset = ("--dataset", "fashion-mnist", "--split", "test", "--limit", "40")
+    code, r = build_json(capsys, model_path, out, *dataset, workers="")
     assert code == 0 and r["indexed"] == 40 and r["items"] == 42
 
 
@@ -216,20 +163,7 @@ def test_bad_input_exits_2(tmp_path, model_path, capsys):
     from indexing import HyperbolicIndex
 
     HyperbolicIndex(dim=3, curvature=1.0, path=tmp_path / "other").close()
-    code = main(
-        [
-            "index",
-            "build",
-            "--model",
-            str(model_path),
-            "--dataset",
-            "fashion-mnist",
-            "--limit",
-            "2",
-            "--out",
-            str(tmp_path / "other"),
-            "--quiet",
-        ]
-    )
+    source = ("--dataset", "fashion-mnist", "--limit", "2")
+    code = main([*build_args(model_path, tmp_path / "other", *source, workers=""), "--quiet"])
     err = capsys.readouterr().err
     assert code == 2 and "dimension" in err

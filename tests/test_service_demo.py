@@ -15,7 +15,7 @@ pytestmark = needs_data
 
 def test_demo_index_is_built_once_and_keeps_writes(tmp_path, tmp_path_factory):
     from indexing import HyperbolicIndex
-    from models.defaults import _default_index
+    from service.demo import _default_index
 
     torch.set_num_threads(1)
     art = artifacts(tmp_path_factory)

@@ -106,6 +106,7 @@ def test_paths_outside_the_roots_are_refused(env, tmp_path):
             (str(root / "inside" / ".." / ".." / "outside"), 422, ".."),
             ("relative/path", 422, "absolute"),
             (str(root / "missing"), 404, "does not exist"),
+            (str(root / "in\x00side"), 422, "NUL byte"),  # realpath would raise
         ]
         for path, status, words in cases:
             r = c.post("/v1/index/jobs", json={"path": path})
@@ -136,11 +137,104 @@ def test_one_job_at_a_time_and_cancel(env):
         time.sleep(0.3)
         assert c.delete(f"/v1/index/jobs/{first['id']}").status_code == 200
         done = _wait(c, first["id"])
-        assert done["state"] == "cancelled" and done["indexed"] == 0
-        assert len(rt.index) == before  # nothing of a cancelled job is written
-        assert c.get("/v1/items/big-0").status_code == 404
+        assert done["state"] == "cancelled" and done["indexed"] < 3000
+        # the batches a cancelled job wrote are kept (durable), nothing more
+        assert len(rt.index) == before + done["indexed"]
+        assert c.get("/v1/items/big-2999").status_code == 404
+        # the same job again resumes after them
+        again = c.post("/v1/index/jobs", json={"path": str(root / "big.csv")}).json()
+        rest = _wait(c, again["id"])
+        assert rest["state"] == "succeeded" and rest["indexed"] == 3000 - done["indexed"]
+        assert rest["skipped_reasons"].get("already indexed", 0) == done["indexed"]
+        assert len(rt.index) == before + 3000
         # the next job may start
         nxt = c.post("/v1/index/jobs", json={"path": str(root / "pics")})
         assert nxt.status_code == 202
         assert _wait(c, nxt.json()["id"])["state"] == "succeeded"
         assert c.get("/v1/index/jobs/nope").status_code == 404
+
+
+def test_an_item_deleted_while_a_job_runs_stays_deleted(env):
+    rt, root = env
+    write_folder(root / "pics", per_class=1)
+    # an item indexed before the job, listed again by it, and many new ones
+    rows = ["fashion-mnist-test-5,pics/coat/000.png,coat"]
+    rows += [f"big-{i},pics/sneaker/000.png,sneaker" for i in range(1500)]
+    (root / "big.csv").write_text("id,path,label\n" + "\n".join(rows) + "\n")
+    assert "fashion-mnist-test-5" in rt.index
+    with _client(rt, root, job_workers=0, job_batch_size=8) as c:
+        job = c.post("/v1/index/jobs", json={"path": str(root / "big.csv")}).json()
+        deadline = time.monotonic() + 60
+        while c.get("/v1/items/big-0").status_code != 200 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        # the job runs (its first batch is written): delete the old item and that new one
+        assert c.get(f"/v1/index/jobs/{job['id']}").json()["state"] == "running"
+        assert c.delete("/v1/items/fashion-mnist-test-5").status_code == 200
+        assert c.delete("/v1/items/big-0").status_code == 200
+        done = _wait(c, job["id"])
+        assert done["state"] == "succeeded", done
+        assert done["skipped_reasons"]["already indexed"] == 1 and done["indexed"] == 1500
+        assert c.get("/v1/items/fashion-mnist-test-5").status_code == 404
+        assert c.get("/v1/items/big-0").status_code == 404
+        assert c.get("/v1/items/big-1499").status_code == 200
+        assert "fashion-mnist-test-5" not in rt.index and "big-0" not in rt.index
+
+
+def _transparent_png(path, pixels):
+    """An RGBA picture: the garment opaque, the rest transparent over noise colours
+    (what is under the transparency must not reach the model)."""
+    import numpy as np
+    from PIL import Image
+
+    rgb = np.repeat(pixels[..., None], 3, axis=2)
+    noise = np.random.default_rng(0).integers(0, 256, size=rgb.shape, dtype=np.uint8)
+    alpha = np.where(pixels > 40, 255, 0).astype(np.uint8)
+    rgba = np.dstack([np.where(alpha[..., None] == 0, noise, rgb), alpha])
+    Image.fromarray(rgba, "RGBA").resize((84, 84), Image.NEAREST).save(path)
+
+
+def _rotated_jpeg(path, pixels):
+    """A JPEG stored sideways with the EXIF orientation that turns it upright."""
+    from PIL import Image
+
+    im = Image.fromarray(pixels).resize((84, 84)).transpose(Image.Transpose.ROTATE_90)
+    exif = Image.Exif()
+    exif[0x0112] = 6  # display rotated 90 degrees clockwise
+    im.save(path, "JPEG", quality=95, exif=exif.tobytes())
+
+
+def test_a_picture_indexed_from_a_folder_finds_itself_as_a_query(env):
+    """Builds and queries decode alike (EXIF orientation, transparency onto white):
+    the same file, indexed by a job and uploaded as a query, is its own nearest
+    item at distance ~0."""
+    import numpy as np
+    from PIL import Image
+
+    from models.imaging import decode
+    from tests.test_service_support import fmnist_test_split
+
+    rt, root = env
+    data = fmnist_test_split()
+    shop = root / "odd"
+    (shop / "sneaker").mkdir(parents=True)
+    (shop / "trouser").mkdir()
+    files = {
+        "sneaker/alpha.png": ("image/png", _transparent_png),
+        "trouser/sideways.jpg": ("image/jpeg", _rotated_jpeg),
+    }
+    rows = {"sneaker/alpha.png": 7, "trouser/sideways.jpg": 1}
+    for name, (_, write) in files.items():
+        write(shop / name, data.images[int(np.flatnonzero(data.targets == rows[name])[3])])
+        with Image.open(shop / name) as im:  # the rules change these pixels
+            naive = np.asarray(im.convert("RGB"))
+        ours = np.asarray(Image.fromarray(decode(shop / name)).convert("RGB"))
+        assert naive.shape == ours.shape and np.abs(naive.astype(int) - ours).mean() > 20
+    with _client(rt, root, job_workers=0) as c:
+        done = _wait(c, c.post("/v1/index/jobs", json={"path": str(shop)}).json()["id"])
+        assert done["state"] == "succeeded" and done["indexed"] == 2, done
+        for name, (mime, _) in files.items():
+            upload = (shop / name).read_bytes()
+            r = c.post("/v1/search/image", files={"file": (name, upload, mime)}, params={"k": 3})
+            assert r.status_code == 200, r.text
+            best = r.json()["results"][0]
+            assert best["id"] == name and best["distance"] < 1e-3, (name, r.json()["results"])

@@ -22,8 +22,8 @@ _BUILD_DESCRIPTION = (
 def cmd_index_build(args: argparse.Namespace) -> int:
     import torch
 
-    from indexing import HyperbolicIndex, IndexInputError, IndexStoreError
-    from indexing.build import BuildInputError, build_index, plan_dataset, plan_path
+    from indexing import IndexInputError, IndexStoreError
+    from indexing.build import BuildInputError, build_index, open_index, plan_dataset, plan_path
     from models.data import read_class_map
     from models.image_model import ImageModel
 
@@ -60,10 +60,7 @@ def cmd_index_build(args: argparse.Namespace) -> int:
     if args.limit is not None:
         plan.sources = plan.sources[: args.limit]
     try:
-        if (out / "store.sqlite3").exists():
-            index = HyperbolicIndex.load(out)
-        else:
-            index = HyperbolicIndex(dim=model.dim, curvature=model.curvature, path=out)
+        index = open_index(out, dim=model.dim, curvature=model.curvature)
     except (IndexStoreError, IndexInputError) as e:
         raise CliError(f"--out {out}: {e}") from None
     if index.dim != model.dim or abs(index.curvature - model.curvature) > 1e-12:

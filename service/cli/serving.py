@@ -129,7 +129,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """Default artifacts under $HYPSEARCH_HOME (built once, then reused), then serve."""
     import torch
 
-    from models.defaults import run_default_pipeline
+    from service.demo import run_default_pipeline
     from service.settings import get_settings
 
     torch.set_num_threads(1)
