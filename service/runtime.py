@@ -28,7 +28,7 @@ from indexing.build import open_index
 from models.geometry import poincare_np
 from models.labels import LabelEmbedding
 from models.prototypes import Prototypes, prediction_labels
-from models.taxonomy import Taxonomy, UnknownLabelError, with_words
+from models.taxonomy import Taxonomy, with_words
 from models.wordnet import WordResolver
 
 log = logging.getLogger("service")
