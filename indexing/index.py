@@ -19,7 +19,7 @@ from .backends.base import EMPTY
 from .backends.exact import exact_search
 from .cones import HierarchicalHit, LabelCones
 from .errors import IndexInputError
-from .geometry import PoincareSpace, Space, make_space
+from .geometry import IndexSpace, PoincareIndexSpace, make_index_space
 from .rwlock import RWLock
 from .store import (
     FORMAT_VERSION,
@@ -175,9 +175,9 @@ class HyperbolicIndex:
         cones: LabelCones | None = None,
         **backend_params: Any,
     ) -> None:
-        self._space: Space = make_space(dim, curvature, space)
+        self._space: IndexSpace = make_index_space(dim, curvature, space)
         sp = self._space
-        self._curvature = sp.c if isinstance(sp, PoincareSpace) else float(curvature)
+        self._curvature = sp.c if isinstance(sp, PoincareIndexSpace) else float(curvature)
         self._init_common(backend, backend_params)
         if path is None:
             self._path = None
@@ -220,7 +220,7 @@ class HyperbolicIndex:
         )
         self._backend_config = backend
         self._backend_params = params
-        if backend in BALL_ONLY and not isinstance(self._space, PoincareSpace):
+        if backend in BALL_ONLY and not isinstance(self._space, PoincareIndexSpace):
             raise IndexInputError(
                 f"backend: {backend} supports the Poincaré ball only, not {self._space.spec!r}; "
                 "product spaces use the exact backend (backend='exact' or 'auto')"
@@ -228,7 +228,7 @@ class HyperbolicIndex:
         # check the parameters now rather than at the first switch to the graph
         names = (backend,)
         if backend == "auto":
-            names = (AUTO_BACKEND,) if isinstance(self._space, PoincareSpace) else ()
+            names = (AUTO_BACKEND,) if isinstance(self._space, PoincareIndexSpace) else ()
         for name in names:
             try:
                 make_backend(name, self._space, **params)
@@ -280,7 +280,7 @@ class HyperbolicIndex:
                 params = dict(backend_params)
             self = cls.__new__(cls)
             spec = meta["space"]
-            self._space = make_space(int(meta["dim"]), float(meta["curvature"]), spec)
+            self._space = make_index_space(int(meta["dim"]), float(meta["curvature"]), spec)
             self._curvature = float(meta["curvature"])
             self._init_common(backend, params)
             self._path = folder
@@ -360,7 +360,7 @@ class HyperbolicIndex:
     def _desired_backend(self, n_alive: int, current: str | None = None) -> str:
         if self._backend_config != "auto":
             return self._backend_config
-        if not isinstance(self._space, PoincareSpace):
+        if not isinstance(self._space, PoincareIndexSpace):
             return "exact"  # the graphs are for the ball only (see backends/hnsw.py)
         if n_alive > self._auto_threshold:
             return AUTO_BACKEND
@@ -504,7 +504,7 @@ class HyperbolicIndex:
         if cones is not None:
             if not isinstance(cones, LabelCones):
                 raise IndexInputError(f"cones: expected LabelCones, got {type(cones).__name__}")
-            if not isinstance(self._space, PoincareSpace):
+            if not isinstance(self._space, PoincareIndexSpace):
                 raise IndexInputError("cones: entailment cones need a poincare space")
             if cones.dim != self._space.dim:
                 raise IndexInputError(
