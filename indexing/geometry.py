@@ -113,6 +113,12 @@ def _on_torch(fn, q: np.ndarray, x: np.ndarray, *, rows: bool = False, dtype=np.
         return fn(tq[:, None, :] if rows else tq, tx).numpy()
 
 
+def _first_outside(a: np.ndarray, c: float) -> int | None:
+    """The first row of ``a`` outside the ball of curvature ``c``, or ``None``."""
+    outside = ~ranking.inside_ball(a, c)
+    return int(np.nonzero(outside)[0][0]) if outside.any() else None
+
+
 def fmt_float(x: float) -> str:
     """Short but unambiguous float text for messages (``1.0000002``, ``1.0``)."""
     s = f"{float(x):.9g}"
@@ -221,9 +227,8 @@ class PoincareIndexSpace(IndexSpace):
         return 1.0 / math.sqrt(self.c)
 
     def _check_members(self, a: np.ndarray, name: str) -> None:
-        outside = ~ranking.inside_ball(a, self.c)
-        if outside.any():
-            i = int(np.nonzero(outside)[0][0])
+        i = _first_outside(a, self.c)
+        if i is not None:
             raise IndexInputError(
                 f"{name}[{i}]: norm {fmt_float(math.sqrt(ranking.sqnorm(a[i])))} is outside "
                 f"the ball of curvature {fmt_float(self.c)} (must be < {fmt_float(self.radius)})"
@@ -315,9 +320,8 @@ class ProductIndexSpace(IndexSpace):
 
     def _check_members(self, a: np.ndarray, name: str) -> None:
         for start, f, part in self._ball_parts(a):
-            outside = ~ranking.inside_ball(part, f.curvature)
-            if outside.any():
-                i = int(np.nonzero(outside)[0][0])
+            i = _first_outside(part, f.curvature)
+            if i is not None:
                 raise IndexInputError(
                     f"{name}[{i}]: coordinates {start}:{start + f.dim} (factor {f}) have norm "
                     f"{fmt_float(math.sqrt(ranking.sqnorm(part[i])))}, outside the ball of "

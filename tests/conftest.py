@@ -10,6 +10,10 @@
   reference; ``interior_reference_case`` once per case whose points all lie
   at a relative gap ``1 - sqrt(c)|p|`` of at least 1e-2 (where float32 is
   checked).
+* ``cloud_against_exact`` (session scope): ``build(backend, seed)`` indexes a
+  seeded hierarchical 16-d cloud (20,000 items, 200 queries) with ``backend``
+  at its default parameters and returns ``(x, q, truth, truth distances,
+  index)``, the truth being the exact backend's top 10.
 
 Everything the tests read is inside the repository.
 """
@@ -69,3 +73,22 @@ def torch_single_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="session")
+def cloud_against_exact():
+    from indexing import HyperbolicIndex
+
+    from .test_index_common import cloud, make_ids
+
+    def build(backend: str, seed: int):
+        x, q = cloud(20_000, 200, seed=seed)
+        ids = make_ids(len(x))
+        exact = HyperbolicIndex(16, backend="exact")
+        exact.add(x, ids)
+        truth, tdist = exact.search(q, k=10)
+        index = HyperbolicIndex(16, backend=backend)  # default parameters
+        index.add(x, ids)
+        return x, q, truth, tdist, index
+
+    return build

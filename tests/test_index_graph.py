@@ -14,15 +14,8 @@ from .test_index_common import brute_force, cloud, exact_dist, make_ids, recall_
 
 
 @pytest.fixture(scope="module")
-def big():
-    x, q = cloud(20_000, 200, seed=31)
-    ids = make_ids(len(x))
-    exact = HyperbolicIndex(16, backend="exact")
-    exact.add(x, ids)
-    truth, tdist = exact.search(q, k=10)
-    graph = HyperbolicIndex(16, backend="graph")  # default parameters
-    graph.add(x, ids)
-    return x, q, truth, tdist, graph
+def big(cloud_against_exact):
+    return cloud_against_exact("graph", seed=31)
 
 
 def test_recall_and_exact_distances(big):

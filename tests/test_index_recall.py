@@ -11,15 +11,8 @@ from .test_index_common import brute_force, cloud, make_ids, recall_at
 
 
 @pytest.fixture(scope="module")
-def big():
-    x, q = cloud(20_000, 200, seed=21)
-    ids = make_ids(len(x))
-    exact = HyperbolicIndex(16, backend="exact")
-    exact.add(x, ids)
-    truth, tdist = exact.search(q, k=10)
-    hnsw = HyperbolicIndex(16, backend="hnsw")  # default parameters
-    hnsw.add(x, ids)
-    return x, q, truth, tdist, hnsw
+def big(cloud_against_exact):
+    return cloud_against_exact("hnsw", seed=21)
 
 
 def test_truth_is_brute_force(big):

@@ -132,32 +132,17 @@ def _into_results(res_i, res_k, n, R_out, kk, node):
 
 
 @njit(nogil=True, cache=True)
-def _beam(
-    x,
-    w,
-    adj,
-    deg,
-    flags,
-    ok,
-    q,
-    entries,
-    ex,
-    ew,
-    L,
-    R_out,
-    visited,
-    stamp,
-    beam_i,
-    beam_k,
-    expd,
-    res_i,
-    res_k,
-):
-    """One beam search from the entry points ``entries`` (their coordinates and
-    weights copied to the dense ``ex``, ``ew``: scoring them reads memory in
-    order).  Fills ``res_i/res_k`` (sorted, ``R_out`` wide) with the nearest
-    returnable nodes visited; returns how many, and the size of the final beam
-    (``beam_i/beam_k[:n_beam]``, sorted)."""
+def _beam(graph, ok, q, start, L, R_out, visited, stamp, bufs):
+    """One beam search from the entry points of ``start = (entries, ex, ew)``
+    (their coordinates and weights copied to the dense ``ex``, ``ew``: scoring
+    them reads memory in order) over ``graph = (x, w, adj, deg, flags)``, with
+    the work arrays ``bufs`` of :func:`_beam_buffers`.  Fills ``res_i/res_k``
+    (sorted, ``R_out`` wide) with the nearest returnable nodes visited;
+    returns how many, and the size of the final beam (``beam_i/beam_k[:n_beam]``,
+    sorted)."""
+    x, w, adj, deg, flags = graph
+    entries, ex, ew = start
+    beam_i, beam_k, expd, res_i, res_k = bufs
     n_beam = 0
     n_res = 0
     for j in range(entries.shape[0]):
@@ -213,34 +198,17 @@ def search_batch(x, w, adj, deg, flags, ok, queries, entries, ex, ew, L, R_out, 
     nq = queries.shape[0]
     out_i = np.full((nq, R_out), -1, dtype=np.int64)
     out_k = np.full((nq, R_out), np.inf, dtype=np.float64)
-    beam_i, beam_k, expd, res_i, res_k = _beam_buffers(L, R_out)
+    graph = (x, w, adj, deg, flags)
+    start = (entries, ex, ew)
+    bufs = _beam_buffers(L, R_out)
+    beam_i, beam_k, expd, res_i, res_k = bufs
     stamp = stamp0
     for i in range(nq):
         stamp += 1
         if stamp >= 4294967295:
             visited[:] = 0
             stamp = 1
-        n, _ = _beam(
-            x,
-            w,
-            adj,
-            deg,
-            flags,
-            ok,
-            queries[i],
-            entries,
-            ex,
-            ew,
-            L,
-            R_out,
-            visited,
-            np.uint32(stamp),
-            beam_i,
-            beam_k,
-            expd,
-            res_i,
-            res_k,
-        )
+        n, _ = _beam(graph, ok, queries[i], start, L, R_out, visited, np.uint32(stamp), bufs)
         out_i[i, :n] = res_i[:n]
         out_k[i, :n] = res_k[:n]
     return out_i, out_k, stamp
@@ -355,35 +323,18 @@ def insert_batch(
     top1 = np.full(nb_, -1, dtype=np.int64)
     empty_ok = np.zeros(0, dtype=np.bool_)
     chunk = (nb_ + n_threads - 1) // n_threads
+    graph = (x, w, adj, deg, flags)
+    start = (entries, ex, ew)
     for t in prange(n_threads):
-        beam_i, beam_k, expd, res_i, res_k = _beam_buffers(L, L)
+        bufs = _beam_buffers(L, L)
+        beam_i, beam_k, expd, res_i, res_k = bufs
         vis = visited[t]
         stamp = 0
         for b in range(t * chunk, min(nb_, (t + 1) * chunk)):
             node = nodes[b]
             stamp += 1
             # route over every node in the graph (tombstones too)
-            nr, n_beam = _beam(
-                x,
-                w,
-                adj,
-                deg,
-                flags,
-                empty_ok,
-                x[node],
-                entries,
-                ex,
-                ew,
-                L,
-                1,
-                vis,
-                np.uint32(stamp),
-                beam_i,
-                beam_k,
-                expd,
-                res_i,
-                res_k,
-            )
+            nr, n_beam = _beam(graph, empty_ok, x[node], start, L, 1, vis, np.uint32(stamp), bufs)
             # candidates: the live nodes of the final beam (symmetric keys)
             m = 0
             for j in range(n_beam):
@@ -576,7 +527,10 @@ def repair(x, w, adj, deg, flags, entries, ex, ew, L):
     order = np.argsort(w)
     stack = np.empty(n, dtype=np.int64)
     visited = np.zeros(n, dtype=np.uint32)
-    beam_i, beam_k, expd, res_i, res_k = _beam_buffers(L, 1)
+    graph = (x, w, adj, deg, flags)
+    start = (entries, ex, ew)
+    bufs = _beam_buffers(L, 1)
+    beam_i, beam_k, expd, res_i, res_k = bufs
     no_filter = np.zeros(0, dtype=np.bool_)
     stamp = 0
     added = 0
@@ -606,25 +560,7 @@ def repair(x, w, adj, deg, flags, entries, ex, ew, L):
             else:
                 stamp += 1
                 _, n_beam = _beam(
-                    x,
-                    w,
-                    adj,
-                    deg,
-                    flags,
-                    no_filter,
-                    x[u],
-                    entries,
-                    ex,
-                    ew,
-                    L,
-                    1,
-                    visited,
-                    np.uint32(stamp),
-                    beam_i,
-                    beam_k,
-                    expd,
-                    res_i,
-                    res_k,
+                    graph, no_filter, x[u], start, L, 1, visited, np.uint32(stamp), bufs
                 )
                 for j in range(n_beam):
                     v = beam_i[j]

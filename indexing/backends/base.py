@@ -25,6 +25,7 @@ __all__ = [
     "ProxyCache",
     "ball_only_params",
     "empty_answer",
+    "search_size",
     "rerank",
     "merge_topk",
     "exact_dists",
@@ -106,6 +107,13 @@ def empty_answer(q: int, k: int) -> tuple[np.ndarray, np.ndarray]:
     """The ``(slots, distances)`` of ``q`` queries when nothing is returned (``k``
     columns of padding: ``k`` is 0 or there is no query)."""
     return np.full((q, k), EMPTY, dtype=np.int64), np.full((q, k), np.inf)
+
+
+def search_size(table: ItemTable, k: int, allowed: np.ndarray | None) -> tuple[int, int]:
+    """``(n, k)``: how many items a search ranges over (live, or ``allowed``) and
+    ``k`` clamped to that."""
+    n = table.n_alive if allowed is None else len(allowed)
+    return n, min(k, n)
 
 
 class ProxyCache:

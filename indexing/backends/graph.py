@@ -63,7 +63,7 @@ import numpy as np
 
 from ..geometry import IndexSpace
 from ..table import ItemTable
-from .base import Backend, ball_only_params, empty_answer, rerank
+from .base import Backend, ball_only_params, empty_answer, rerank, search_size
 from .exact import exact_search, n_candidates, with_deep_scan
 
 __all__ = ["GraphBackend"]
@@ -340,11 +340,9 @@ class GraphBackend(Backend):
 
     # -- search -----------------------------------------------------------------------
     def search(self, table, queries, k, *, allowed=None, ef=None):
-        q = len(queries)
-        n = table.n_alive if allowed is None else len(allowed)
-        k = min(k, n)
-        if q == 0 or k == 0:
-            return empty_answer(q, k)
+        n, k = search_size(table, k, allowed)
+        if len(queries) == 0 or k == 0:
+            return empty_answer(len(queries), k)
         if (
             self._in_graph == 0
             or self._n < table.n_slots

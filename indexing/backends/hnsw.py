@@ -53,7 +53,15 @@ import numpy as np
 
 from ..geometry import IndexSpace
 from ..table import ItemTable
-from .base import Backend, ProxyCache, ball_only_params, empty_answer, merge_topk, rerank
+from .base import (
+    Backend,
+    ProxyCache,
+    ball_only_params,
+    empty_answer,
+    merge_topk,
+    rerank,
+    search_size,
+)
 from .exact import exact_search, n_candidates, with_deep_scan
 
 __all__ = ["HnswBackend"]
@@ -164,11 +172,9 @@ class HnswBackend(Backend):
 
     # -- search -----------------------------------------------------------------------
     def search(self, table, queries, k, *, allowed=None, ef=None):
-        q = len(queries)
-        n = table.n_alive if allowed is None else len(allowed)
-        k = min(k, n)
-        if q == 0 or k == 0:
-            return empty_answer(q, k)
+        n, k = search_size(table, k, allowed)
+        if len(queries) == 0 or k == 0:
+            return empty_answer(len(queries), k)
         ef = self._p["ef"] if ef is None else int(ef)
         m = min(max(ef, k), n)
         if (
