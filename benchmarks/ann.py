@@ -62,7 +62,7 @@ if str(ROOT) not in sys.path:
 from indexing import HyperbolicIndex  # noqa: E402
 from indexing.backends.base import rerank  # noqa: E402
 from indexing.backends.exact import n_candidates  # noqa: E402
-from indexing.geometry import PoincareSpace, make_space, torch_threads  # noqa: E402
+from indexing.geometry import PoincareIndexSpace, make_index_space, torch_threads  # noqa: E402
 from indexing.synthetic import hierarchical_cloud  # noqa: E402
 from indexing.table import ItemTable  # noqa: E402
 
@@ -158,7 +158,7 @@ def exact_truth(x: np.ndarray, q: np.ndarray, spec: str, k: int, pool: int = 256
     """Exact float64 top-k: proxy top-``pool`` of a full scan, re-ranked by models.geometry."""
     import torch
 
-    space = make_space(None, 1.0, spec)
+    space = make_index_space(None, 1.0, spec)
     table = ItemTable(x.shape[1], capacity=len(x))
     table.upsert([str(i) for i in range(len(x))], x, [None] * len(x), [None] * len(x))
     prepared = space.proxy_prepare(x)
@@ -174,7 +174,7 @@ def exact_truth(x: np.ndarray, q: np.ndarray, spec: str, k: int, pool: int = 256
 
 
 def brute_force_differs(x, q, truth, spec, n_check) -> int:
-    space = make_space(None, 1.0, spec)
+    space = make_index_space(None, 1.0, spec)
     bad = 0
     for i in range(min(n_check, len(q))):
         d = space.pairwise(q[i : i + 1], x)[0]
@@ -198,7 +198,7 @@ class Approach:
 
     def __init__(self, x, spec):
         self.x, self.spec = x, spec
-        self.space = make_space(None, 1.0, spec)
+        self.space = make_index_space(None, 1.0, spec)
         self.table = ItemTable(x.shape[1], capacity=len(x))
         self.table.upsert([str(i) for i in range(len(x))], x, [None] * len(x), [None] * len(x))
 
@@ -272,7 +272,7 @@ class Usearch(Approach):
         from usearch.index import Index
 
         d = self.x.shape[1]
-        x32, w = PoincareSpace(d, 1.0).proxy_prepare(self.x)
+        x32, w = PoincareIndexSpace(d, 1.0).proxy_prepare(self.x)
         self.aug = np.hstack([x32, w[:, None]]).astype(np.float32)
         self.ix = Index(
             ndim=d + 1,
@@ -286,7 +286,7 @@ class Usearch(Approach):
 
     def search(self, q, k, setting):
         d = self.x.shape[1]
-        x32, w = PoincareSpace(d, 1.0).proxy_prepare(q)
+        x32, w = PoincareIndexSpace(d, 1.0).proxy_prepare(q)
         qa = np.hstack([x32, np.ones((len(q), 1), np.float32)])
         m = n_candidates(k, len(self.x))
         self.ix.expansion_search = max(setting, m)

@@ -19,7 +19,7 @@ import numpy as np
 
 from .backends import BACKENDS, Backend, make_backend
 from .errors import IndexInputError
-from .geometry import PoincareSpace, Space
+from .geometry import PoincareIndexSpace, IndexSpace
 from .validation import check_pos_int
 
 __all__ = ["AUTO_BACKEND", "AUTO_THRESHOLD", "BALL_ONLY", "BackendChoice"]
@@ -37,7 +37,7 @@ class BackendChoice:
     ``auto_threshold``.  Bad input raises :class:`IndexInputError` here rather
     than at the first switch to the graph."""
 
-    def __init__(self, space: Space, config: str, params: Mapping[str, Any]) -> None:
+    def __init__(self, space: IndexSpace, config: str, params: Mapping[str, Any]) -> None:
         if config != "auto" and config not in BACKENDS:
             raise IndexInputError(
                 f"backend: unknown backend {config!r} (known: auto, {', '.join(sorted(BACKENDS))})"
@@ -53,7 +53,7 @@ class BackendChoice:
         self.space = space
         self.config = config
         self.params = params
-        self._ball = isinstance(space, PoincareSpace)
+        self._ball = isinstance(space, PoincareIndexSpace)
         if config in BALL_ONLY and not self._ball:
             raise IndexInputError(
                 f"backend: {config} supports the Poincaré ball only, not {space.spec!r}; "

@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from models.geometry import poincare_np
+from models.geometry import poincare_np, ranking
 
 from .errors import IndexInputError
 
@@ -80,9 +80,9 @@ class LabelCones:
         c = float(curvature)
         if not (math.isfinite(c) and c > 0):
             raise IndexInputError(f"curvature: must be a positive number, got {curvature!r}")
-        sq = np.einsum("ij,ij->i", pts, pts)
-        if (c * sq >= 1.0).any():
-            j = int(np.nonzero(c * sq >= 1.0)[0][0])
+        outside = ~ranking.inside_ball(pts, c)
+        if outside.any():
+            j = int(np.nonzero(outside)[0][0])
             raise IndexInputError(f"prototypes[{names[j]!r}]: outside the ball of curvature {c}")
         self.labels = names
         self.points = np.ascontiguousarray(pts)

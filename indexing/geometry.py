@@ -1,27 +1,25 @@
 """The index's view of a space: validation, exact distances, ranking proxies.
 
-Every exact distance goes through :mod:`models.geometry` (the project's single
-implementation of each formula); this module only adapts numpy arrays to it.
-``models.geometry`` (and so torch) is imported lazily, on the first exact
+Every formula comes from :mod:`models.geometry`; this module adapts numpy
+arrays to it.  The arithmetic the index ranks with -- ball membership, the
+plain gap, the *deep* test (:data:`DEEP_GAP`), the ranking proxy and its
+correction to a distance -- is :mod:`models.geometry.ranking` (numpy, no
+torch); the exact float64 distances are ``models.geometry.poincare`` and
+``models.geometry.product``, imported lazily (with torch) on the first exact
 distance, so a process that only writes to a store starts fast.
 
-Two things here are not distances and are computed locally:
+* the ranking proxy selects candidates (float32, or float64 for a deep query:
+  :meth:`IndexSpace.proxy_keys64`); they are re-ranked in float64 by the exact
+  distance;
+* the HNSW and graph backends keep deep items out of a float32 graph and scan
+  them in float64;
+* :meth:`PoincareIndexSpace.euclidean_ball` (where the HNSW backend aims its
+  Euclidean graph search) calls ``models.geometry.poincare.euclidean_ball``.
 
-* the *ranking proxy* of the exact backend for the Poincaré ball: for a query
-  ``q`` the key ``|x - q|^2 / (1 - c|x|^2)`` is the arcosh argument up to a
-  factor that does not depend on ``x``, so it orders items like the geodesic
-  distance does.  It is evaluated in float32 (differences, not the
-  ``|x|^2 + |q|^2 - 2<x, q>`` expansion, which cancels catastrophically near the
-  boundary) and only selects candidates: those are re-ranked in float64 by
-  ``models.geometry.poincare.dist``;
-* *deep* points: float32 cannot tell apart points whose gap ``1 - c|x|^2`` is
-  below :data:`DEEP_GAP` (hyperbolic radius above about 12.9/sqrt(c); at
-  radius 20 a float32 coordinate step is already a hyperbolic distance of
-  about 2).  A query that deep is ranked with the float64 proxy
-  (:meth:`Space.proxy_keys64`), and the HNSW backend keeps deep items out of
-  its float32 graph and scans them in float64;
-* nothing else: :meth:`PoincareSpace.euclidean_ball` (where the HNSW backend
-  aims its Euclidean graph search) calls ``models.geometry.poincare.euclidean_ball``.
+The classes here are *index* spaces (:class:`IndexSpace`,
+:class:`PoincareIndexSpace`, :class:`ProductIndexSpace`,
+:func:`make_index_space`); the embedding spaces of training are
+``models.heads.Space`` and ``models.geometry.ProductSpace``.
 """
 
 from __future__ import annotations
@@ -31,31 +29,30 @@ import re
 import threading
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
+from functools import partial
 
 import numpy as np
+
+from models.geometry import ranking
+from models.geometry.ranking import DEEP_GAP
 
 from .errors import IndexInputError
 
 __all__ = [
-    "Space",
-    "PoincareSpace",
+    "IndexSpace",
+    "PoincareIndexSpace",
     "ProductIndexSpace",
-    "make_space",
+    "make_index_space",
     "fmt_float",
     "torch_threads",
     "TORCH_THREADS",
     "DEEP_GAP",
 ]
 
-#: Points whose gap ``1 - c|x|^2`` is below this are "deep": float32 ranking is
-#: not reliable for them (see the module docstring).
-DEEP_GAP = 1e-5
-
 #: torch intra-op threads while the index computes distances (``None``: leave
 #: torch alone).  The index's tensors are small (a few thousand rows): torch's
-#: thread pool costs more than it gains there, and on a busy 2-core machine a
-#: 2-thread float64 ``poincare.dist`` over 42k pairs measured 1.2 s against
-#: 0.08 s single-threaded.  The index's parallelism is its concurrent searches.
+#: thread pool costs more than it gains there, and next to other busy threads
+#: it can cost much more.  The index's parallelism is its concurrent searches.
 TORCH_THREADS: int | None = 1
 
 _threads_lock = threading.Lock()
@@ -106,6 +103,22 @@ def _product():
     return product
 
 
+def _on_torch(fn, q: np.ndarray, x: np.ndarray, *, rows: bool = False, dtype=np.float64):
+    """``fn(q, x)`` on torch tensors of ``dtype`` (``q`` as ``(n, 1, d)`` when
+    ``rows``: one query against its own rows of ``x``), back to numpy."""
+    torch = _torch()
+    tq = torch.from_numpy(np.ascontiguousarray(q, dtype=dtype))
+    tx = torch.from_numpy(np.ascontiguousarray(x, dtype=dtype))
+    with torch_threads():
+        return fn(tq[:, None, :] if rows else tq, tx).numpy()
+
+
+def _first_outside(a: np.ndarray, c: float) -> int | None:
+    """The first row of ``a`` outside the ball of curvature ``c``, or ``None``."""
+    outside = ~ranking.inside_ball(a, c)
+    return int(np.nonzero(outside)[0][0]) if outside.any() else None
+
+
 def fmt_float(x: float) -> str:
     """Short but unambiguous float text for messages (``1.0000002``, ``1.0``)."""
     s = f"{float(x):.9g}"
@@ -114,7 +127,7 @@ def fmt_float(x: float) -> str:
     return s
 
 
-class Space(ABC):
+class IndexSpace(ABC):
     """What an index needs to know about its space."""
 
     kind: str
@@ -186,7 +199,7 @@ class Space(ABC):
         return tuple(p[rows] for p in prepared)
 
 
-class PoincareSpace(Space):
+class PoincareIndexSpace(IndexSpace):
     """The Poincaré ball of dimension ``dim`` and curvature ``-c`` (``c > 0``)."""
 
     kind = "poincare"
@@ -214,87 +227,50 @@ class PoincareSpace(Space):
         return 1.0 / math.sqrt(self.c)
 
     def _check_members(self, a: np.ndarray, name: str) -> None:
-        sq = np.einsum("ij,ij->i", a, a)
-        outside = self.c * sq >= 1.0
-        if outside.any():
-            i = int(np.nonzero(outside)[0][0])
+        i = _first_outside(a, self.c)
+        if i is not None:
             raise IndexInputError(
-                f"{name}[{i}]: norm {fmt_float(math.sqrt(sq[i]))} is outside the ball of "
-                f"curvature {fmt_float(self.c)} (must be < {fmt_float(self.radius)})"
+                f"{name}[{i}]: norm {fmt_float(math.sqrt(ranking.sqnorm(a[i])))} is outside "
+                f"the ball of curvature {fmt_float(self.c)} (must be < {fmt_float(self.radius)})"
             )
 
     def dist_rows(self, q: np.ndarray, x: np.ndarray) -> np.ndarray:
-        torch = _torch()
-        with torch_threads():
-            d = _poincare().dist(
-                torch.from_numpy(np.ascontiguousarray(q, dtype=np.float64))[:, None, :],
-                torch.from_numpy(np.ascontiguousarray(x, dtype=np.float64)),
-                c=self.c,
-            )
-        return d.numpy()
+        return _on_torch(partial(_poincare().dist, c=self.c), q, x, rows=True)
 
     def pairwise(self, q: np.ndarray, x: np.ndarray) -> np.ndarray:
-        torch = _torch()
-        with torch_threads():
-            return (
-                _poincare()
-                .pairwise_dist(
-                    torch.from_numpy(np.ascontiguousarray(q, dtype=np.float64)),
-                    torch.from_numpy(np.ascontiguousarray(x, dtype=np.float64)),
-                    c=self.c,
-                )
-                .numpy()
-            )
+        return _on_torch(partial(_poincare().pairwise_dist, c=self.c), q, x)
 
-    # ranking proxy: key(q, x) = |x - q|^2 * w(x), w(x) = 1 / (1 - c|x|^2); the
-    # arcosh argument is z = 2c key / (1 - c|q|^2).
-    def _inv_gap(self, x: np.ndarray) -> np.ndarray:
-        g = 1.0 - self.c * np.einsum("ij,ij->i", x, x)
-        return 1.0 / np.maximum(g, 1e-300)
-
+    # ranking proxy (models.geometry.ranking): key(q, x) = |x - q|^2 w(x)
     def proxy_weight(self, x: np.ndarray) -> np.ndarray:
         """``w(x) = 1 / (1 - c|x|^2)`` in float64 (the proxy's per-item factor)."""
-        return self._inv_gap(np.asarray(x, dtype=np.float64))
+        return ranking.proxy_weight(x, self.c)
 
     def deep(self, x: np.ndarray) -> np.ndarray:
-        x = np.asarray(x, dtype=np.float64)
-        return 1.0 - self.c * np.einsum("ij,ij->i", x, x) < DEEP_GAP
+        return ranking.is_deep(x, self.c)
 
     def proxy_keys64(self, q: np.ndarray, x: np.ndarray) -> np.ndarray:
-        torch = _torch()
         x = np.ascontiguousarray(x, dtype=np.float64)
-        w = torch.from_numpy(self._inv_gap(x))
         with torch_threads():
-            e = torch.cdist(
-                torch.from_numpy(np.ascontiguousarray(q, dtype=np.float64)),
-                torch.from_numpy(x),
-                compute_mode="donot_use_mm_for_euclid_dist",
-            )
-            return (e.square_() * w[None, :]).numpy()
+            return ranking.proxy_keys(q, x, self.proxy_weight(x))
 
     def proxy_prepare(self, x: np.ndarray):
+        # w from the float64 coordinates, stored as float32
         x = np.asarray(x, dtype=np.float64)
-        # w in float64 (float32 coordinates of a point very near the boundary
-        # may round onto the sphere), stored as float32.
-        return (x.astype(np.float32), self._inv_gap(x).astype(np.float32))
+        return (x.astype(np.float32), self.proxy_weight(x).astype(np.float32))
 
     def proxy_keys(self, q: np.ndarray, prepared) -> np.ndarray:
-        torch = _torch()
         x32, w = prepared
-        q32 = torch.from_numpy(np.ascontiguousarray(q, dtype=np.float32))
         with torch_threads():
-            e = torch.cdist(q32, torch.from_numpy(x32), compute_mode="donot_use_mm_for_euclid_dist")
-            return (e.square_() * torch.from_numpy(w)[None, :]).numpy()
+            return ranking.proxy_keys(q, x32, w)
 
     def proxy_rows(self, q: np.ndarray, rows) -> np.ndarray:
         x32, w = rows  # (n, m, d), (n, m)
-        diff = x32 - np.asarray(q, dtype=np.float32)[:, None, :]
-        return np.einsum("nmd,nmd->nm", diff, diff) * w
+        return ranking.proxy_key_rows(q, x32, w)
 
     def radius_from_key(self, q: np.ndarray, key: np.ndarray) -> np.ndarray:
         """Approximate geodesic distance from a proxy key (inf stays inf)."""
         torch = _torch()
-        z = 2.0 * self.c * np.asarray(key, dtype=np.float64) * self._inv_gap(q)
+        z = ranking.key_to_arg(key, np.asarray(q, dtype=np.float64), self.c)
         fin = np.isfinite(z)
         out = np.full(z.shape, np.inf)
         with torch_threads():
@@ -314,7 +290,7 @@ class PoincareSpace(Space):
         return centres.numpy(), radii.numpy()
 
 
-class ProductIndexSpace(Space):
+class ProductIndexSpace(IndexSpace):
     """A product of constant-curvature factors (``models.geometry.product``);
     distance ``sqrt(sum_i d_i^2)``."""
 
@@ -334,38 +310,30 @@ class ProductIndexSpace(Space):
     def spec(self) -> str:
         return self._spec
 
-    def _check_members(self, a: np.ndarray, name: str) -> None:
+    def _ball_parts(self, a: np.ndarray):
+        """``(start, factor, coordinates)`` of every Poincaré factor of the rows ``a``."""
         start = 0
         for f in self.ps.factors:
-            part = a[:, start : start + f.dim]
             if f.kind == "poincare":
-                sq = np.einsum("ij,ij->i", part, part)
-                outside = f.curvature * sq >= 1.0
-                if outside.any():
-                    i = int(np.nonzero(outside)[0][0])
-                    raise IndexInputError(
-                        f"{name}[{i}]: coordinates {start}:{start + f.dim} (factor {f}) have norm "
-                        f"{fmt_float(math.sqrt(sq[i]))}, outside the ball of curvature "
-                        f"{fmt_float(f.curvature)} "
-                        f"(must be < {fmt_float(1 / math.sqrt(f.curvature))})"
-                    )
+                yield start, f, a[:, start : start + f.dim]
             start += f.dim
 
+    def _check_members(self, a: np.ndarray, name: str) -> None:
+        for start, f, part in self._ball_parts(a):
+            i = _first_outside(part, f.curvature)
+            if i is not None:
+                raise IndexInputError(
+                    f"{name}[{i}]: coordinates {start}:{start + f.dim} (factor {f}) have norm "
+                    f"{fmt_float(math.sqrt(ranking.sqnorm(part[i])))}, outside the ball of "
+                    f"curvature {fmt_float(f.curvature)} "
+                    f"(must be < {fmt_float(1 / math.sqrt(f.curvature))})"
+                )
+
     def dist_rows(self, q: np.ndarray, x: np.ndarray) -> np.ndarray:
-        torch = _torch()
-        with torch_threads():
-            return self.ps.dist(
-                torch.from_numpy(np.ascontiguousarray(q, dtype=np.float64))[:, None, :],
-                torch.from_numpy(np.ascontiguousarray(x, dtype=np.float64)),
-            ).numpy()
+        return _on_torch(self.ps.dist, q, x, rows=True)
 
     def pairwise(self, q: np.ndarray, x: np.ndarray) -> np.ndarray:
-        torch = _torch()
-        with torch_threads():
-            return self.ps.pairwise_dist(
-                torch.from_numpy(np.ascontiguousarray(q, dtype=np.float64)),
-                torch.from_numpy(np.ascontiguousarray(x, dtype=np.float64)),
-            ).numpy()
+        return _on_torch(self.ps.pairwise_dist, q, x)
 
     # ranking proxy: there is no per-factor monotone shortcut for
     # sqrt(sum d_i^2), so the proxy is the product distance itself, in float32,
@@ -374,43 +342,30 @@ class ProductIndexSpace(Space):
         return (np.asarray(x, dtype=np.float32),)
 
     def proxy_keys(self, q: np.ndarray, prepared) -> np.ndarray:
-        torch = _torch()
         (x32,) = prepared
-        with torch_threads():
-            d = self.ps.pairwise_dist(
-                torch.from_numpy(np.ascontiguousarray(q, dtype=np.float32)), torch.from_numpy(x32)
-            )
-        return np.nan_to_num(d.numpy().astype(np.float32, copy=False), nan=np.inf)
+        d = _on_torch(self.ps.pairwise_dist, q, x32, dtype=np.float32)
+        return np.nan_to_num(d.astype(np.float32, copy=False), nan=np.inf)
 
     def deep(self, x: np.ndarray) -> np.ndarray:
         x = np.asarray(x, dtype=np.float64)
         out = np.zeros(len(x), dtype=bool)
-        start = 0
-        for f in self.ps.factors:
-            if f.kind == "poincare":
-                part = x[:, start : start + f.dim]
-                out |= 1.0 - f.curvature * np.einsum("ij,ij->i", part, part) < DEEP_GAP
-            start += f.dim
+        for _, f, part in self._ball_parts(x):
+            out |= ranking.is_deep(part, f.curvature)
         return out
 
     def proxy_keys64(self, q: np.ndarray, x: np.ndarray) -> np.ndarray:
         return self.pairwise(q, x)
 
     def proxy_rows(self, q: np.ndarray, rows) -> np.ndarray:
-        torch = _torch()
         (x32,) = rows
-        with torch_threads():
-            d = self.ps.dist(
-                torch.from_numpy(np.ascontiguousarray(q, dtype=np.float32))[:, None, :],
-                torch.from_numpy(np.ascontiguousarray(x32)),
-            )
-        return np.nan_to_num(d.numpy().astype(np.float32, copy=False), nan=np.inf)
+        d = _on_torch(self.ps.dist, q, x32, rows=True, dtype=np.float32)
+        return np.nan_to_num(d.astype(np.float32, copy=False), nan=np.inf)
 
 
 _POINCARE = re.compile(r"\s*poincare\s*:\s*([0-9]+)\s*(?:@\s*([^\s,]+)\s*)?")
 
 
-def make_space(dim, curvature: float = 1.0, space: str | None = None) -> Space:
+def make_index_space(dim, curvature: float = 1.0, space: str | None = None) -> IndexSpace:
     """The index space for ``HyperbolicIndex(dim, curvature, space=...)``.
 
     ``None`` or ``"poincare:D"`` (optionally ``"poincare:D@c"``, then ``c``
@@ -428,7 +383,7 @@ def make_space(dim, curvature: float = 1.0, space: str | None = None) -> Space:
         if space is None:
             if dim is None:
                 raise IndexInputError("dim: required when no space string is given")
-            return PoincareSpace(int(dim), curvature)
+            return PoincareIndexSpace(int(dim), curvature)
         d = int(m.group(1))
         if dim is not None and int(dim) != d:
             raise IndexInputError(f"dim: {dim} does not match space {space!r} (dimension {d})")
@@ -442,7 +397,7 @@ def make_space(dim, curvature: float = 1.0, space: str | None = None) -> Space:
                 raise IndexInputError(
                     f"curvature: {curvature} contradicts the space string {space!r}"
                 )
-        return PoincareSpace(d, c)
+        return PoincareIndexSpace(d, c)
     sp = ProductIndexSpace(space)
     if dim is not None and int(dim) != sp.dim:
         raise IndexInputError(f"dim: {dim} does not match space {space!r} (dimension {sp.dim})")

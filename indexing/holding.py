@@ -14,17 +14,17 @@ import math
 
 from .cones import LabelCones
 from .errors import IndexInputError
-from .geometry import PoincareSpace, Space
+from .geometry import PoincareIndexSpace, IndexSpace
 from .store import Store
 
 __all__ = ["check_cones", "load_cones", "save_cones"]
 
 
-def check_cones(cones: object, space: Space, curvature: float) -> LabelCones:
+def check_cones(cones: object, space: IndexSpace, curvature: float) -> LabelCones:
     """``cones`` if they fit an index of ``space`` and ``curvature``."""
     if not isinstance(cones, LabelCones):
         raise IndexInputError(f"cones: expected LabelCones, got {type(cones).__name__}")
-    if not isinstance(space, PoincareSpace):
+    if not isinstance(space, PoincareIndexSpace):
         raise IndexInputError("cones: entailment cones need a poincare space")
     if cones.dim != space.dim:
         raise IndexInputError(f"cones: prototypes have dimension {cones.dim}, index {space.dim}")

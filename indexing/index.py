@@ -31,7 +31,7 @@ import numpy as np
 from .backend_choice import BackendChoice
 from .cones import HierarchicalHit, LabelCones
 from .errors import IndexInputError
-from .geometry import PoincareSpace, Space, make_space
+from .geometry import PoincareIndexSpace, IndexSpace, make_index_space
 from .hierarchical import chain_levels, search_levels
 from .holding import check_cones, load_cones, save_cones
 from .live import LiveIndex
@@ -94,8 +94,8 @@ class HyperbolicIndex:
         cones: LabelCones | None = None,
         **backend_params: Any,
     ) -> None:
-        sp = make_space(dim, curvature, space)
-        self._init_common(sp, sp.c if isinstance(sp, PoincareSpace) else float(curvature))
+        sp = make_index_space(dim, curvature, space)
+        self._init_common(sp, sp.c if isinstance(sp, PoincareIndexSpace) else float(curvature))
         self._choice = BackendChoice(sp, backend, backend_params)
         self._path = None if path is None else check_folder(path)
         self._store = Store(self._path)
@@ -110,7 +110,7 @@ class HyperbolicIndex:
             raise
         self._install_cones(cones)
 
-    def _init_common(self, space: Space, curvature: float) -> None:
+    def _init_common(self, space: IndexSpace, curvature: float) -> None:
         self._space = space
         self._curvature = curvature
         self._rw = RWLock()
@@ -151,7 +151,7 @@ class HyperbolicIndex:
                 params = dict(backend_params)
             self = cls.__new__(cls)
             curvature = float(meta["curvature"])
-            sp = make_space(int(meta["dim"]), curvature, meta["space"])
+            sp = make_index_space(int(meta["dim"]), curvature, meta["space"])
             self._init_common(sp, curvature)
             self._choice = BackendChoice(sp, backend, params)
             self._path = folder

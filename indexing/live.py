@@ -21,7 +21,7 @@ from .backend_choice import BackendChoice
 from .backends import Backend
 from .backends.base import EMPTY
 from .backends.exact import exact_search
-from .geometry import Space
+from .geometry import IndexSpace
 from .table import ItemBatch, ItemTable
 
 __all__ = ["COMPACT_FRACTION", "COMPACT_MIN_SLOTS", "LiveIndex"]
@@ -38,7 +38,7 @@ class LiveIndex:
 
     def __init__(
         self,
-        space: Space,
+        space: IndexSpace,
         choice: BackendChoice,
         table: ItemTable,
         backend: Backend,
@@ -53,7 +53,7 @@ class LiveIndex:
     @classmethod
     def build(
         cls,
-        space: Space,
+        space: IndexSpace,
         choice: BackendChoice,
         batches: Iterable[ItemBatch],
         applied_seq: int,

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from .backend_choice import BackendChoice
-from .geometry import Space
+from .geometry import IndexSpace
 from .live import LiveIndex
 from .store import FORMAT_VERSION, Store, fsync_dir
 from .table import ItemBatch, ItemTable
@@ -189,7 +189,7 @@ def restore_snapshot(
     folder: Path,
     identity: Mapping[str, Any],
     store: Store,
-    space: Space,
+    space: IndexSpace,
     choice: BackendChoice,
 ) -> LiveIndex:
     """The state saved in ``folder``, brought up to date with ``store``."""

@@ -3,7 +3,7 @@
 Each check returns the input in the form the index works with (a list of str,
 a set of str, JSON text, an int) or raises :class:`IndexInputError` with a
 message that starts with the input's name (``ids[7]: empty id``).  Vectors are
-checked by the index space (:meth:`indexing.geometry.Space.as_points`).
+checked by the index space (:meth:`indexing.geometry.IndexSpace.as_points`).
 """
 
 from __future__ import annotations

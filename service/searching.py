@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from models.geometry import ranking
 from models.taxonomy import UnknownLabelError
 
 from .errors import ApiError, bad_input, not_found, unknown_label
@@ -85,11 +86,10 @@ def check_vector(rt: Runtime, vector, field: str = "vector") -> np.ndarray:
         raise bad_input(f"{field}: expected {rt.dim} numbers (the index's dimension), got {x.size}")
     if not np.isfinite(x).all():
         raise bad_input(f"{field}: contains NaN or infinite values")
-    sq = float(np.dot(x, x))
-    if not rt.curvature * sq < 1.0:
+    if not ranking.inside_ball(x, rt.curvature):
         bound = 1.0 / math.sqrt(rt.curvature)
         raise bad_input(
-            f"{field}: norm {math.sqrt(sq):.6g} is outside the ball of curvature "
+            f"{field}: norm {math.sqrt(ranking.sqnorm(x)):.6g} is outside the ball of curvature "
             f"{rt.curvature:g} (must be below {bound:.6g})"
         )
     return x

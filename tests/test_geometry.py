@@ -1,4 +1,5 @@
-"""models.geometry against the 60-digit reference (shared/testdata/geometry_reference.json).
+"""models.geometry against the 60-digit reference (tests/data/geometry_reference.json,
+loaded by tests/conftest.py).
 
 Tolerances (float64): 1e-12 relative where every input point is at least
 1e-5 (relative) away from the boundary, 1e-10 for the cases within 1e-6 of
@@ -10,29 +11,14 @@ rounded before the float32 computation; the reference used the float64 ones).
 
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
 
 import pytest
 import torch
 
 from models.geometry import cones, numerics, poincare
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _single_thread():
-    """Tiny tensors: torch's thread pool only adds latency (and spins on a busy machine)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
-# <clone>/../shared, as CI lays it out (here /work/shared)
-REFERENCE = Path(__file__).resolve().parents[2] / "shared/testdata/geometry_reference.json"
-# a missing file leaves the parametrised tests empty and fails the coverage test below
-CASES = json.loads(REFERENCE.read_text())["cases"] if REFERENCE.exists() else []
+pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
 
 def _gap(case, key):
@@ -46,10 +32,6 @@ def _min_gap(case):
 
 def _rtol(case):
     return 1e-10 if _min_gap(case) < 1e-5 else 1e-12
-
-
-def _ids():
-    return [f"c{cs['c']}-d{cs['dim']}-gap{_min_gap(cs):.0e}-{i}" for i, cs in enumerate(CASES)]
 
 
 def _t(a, dtype=torch.float64):
@@ -101,15 +83,15 @@ KEYS = [
 ]
 
 
-def test_reference_file_covers_the_boundary():
-    assert REFERENCE.exists(), f"reference file missing: {REFERENCE}"
-    assert len(CASES) == 45
-    assert min(_min_gap(cs) for cs in CASES) < 2e-6
-    assert {cs["c"] for cs in CASES} == {0.1, 1.0, 2.5}
+def test_reference_file_covers_the_boundary(geometry_reference):
+    cases = geometry_reference["cases"]
+    assert len(cases) == 45
+    assert min(_min_gap(cs) for cs in cases) < 2e-6
+    assert {cs["c"] for cs in cases} == {0.1, 1.0, 2.5}
 
 
-@pytest.mark.parametrize("case", CASES, ids=_ids())
-def test_reference_float64(case):
+def test_reference_float64(reference_case):
+    case = reference_case
     out = _outputs(case)
     checked = 0
     for key in KEYS:
@@ -119,9 +101,9 @@ def test_reference_float64(case):
     assert checked >= 11
 
 
-@pytest.mark.parametrize("case", CASES, ids=_ids())
-def test_reference_derived_quantities(case):
+def test_reference_derived_quantities(reference_case):
     """dist_arg/dist_from_arg, pairwise forms, Lorentz/Klein inverses on the same cases."""
+    case = reference_case
     c, rtol = case["c"], _rtol(case)
     x, y = _t(case["x"]), _t(case["y"])
     _close(poincare.dist_from_arg(poincare.dist_arg(x, y, c=c), c=c), case["dist_xy"], rtol)
@@ -136,13 +118,10 @@ def test_reference_derived_quantities(case):
     _close(poincare.norm_to_radius(x.norm(), c=c), d0, 1e-9 if _gap(case, "x") < 1e-5 else 1e-13)
 
 
-FLOAT32_CASES = [cs for cs in CASES if _min_gap(cs) >= 1e-2]
-
-
-@pytest.mark.parametrize(
-    "case", FLOAT32_CASES, ids=[f"c{cs['c']}-d{cs['dim']}" for cs in FLOAT32_CASES]
-)
-def test_reference_float32_interior(case):
+def test_reference_float32_interior(interior_reference_case):
+    """float32 on the cases at a relative gap of at least 1e-2 (conftest.INTERIOR_GAP)."""
+    case = interior_reference_case
+    assert _min_gap(case) >= 1e-2
     out = _outputs(case, torch.float32)
     for key in KEYS:
         if key in case:
@@ -150,7 +129,7 @@ def test_reference_float32_interior(case):
             _close(out[key], case[key], 2e-5)
 
 
-def test_geoopt_is_worse_near_the_boundary_than_ours():
+def test_geoopt_is_worse_near_the_boundary_than_ours(geometry_reference):
     """Documents why dist/logmap are written by hand (README of the test data).
 
     geoopt clamps its artanh argument at 1 - 1e-7, so beyond sqrt(c) d = 16.8
@@ -158,7 +137,8 @@ def test_geoopt_is_worse_near_the_boundary_than_ours():
     """
     from geoopt.manifolds.stereographic import math as gmath
 
-    far = [cs for cs in CASES if math.sqrt(cs["c"]) * cs["dist_xy"] > 16.85]
+    cases = geometry_reference["cases"]
+    far = [cs for cs in cases if math.sqrt(cs["c"]) * cs["dist_xy"] > 16.85]
     assert len(far) >= 3
     worst_geoopt, worst_ours = 0.0, 0.0
     for case in far:

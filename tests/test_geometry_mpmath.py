@@ -20,14 +20,7 @@ import torch
 
 from models.geometry import cones, poincare
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _single_thread():
-    """Tiny tensors: torch's thread pool only adds latency (and spins on a busy machine)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
 
 mpmath = pytest.importorskip("mpmath")

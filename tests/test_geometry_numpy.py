@@ -1,11 +1,9 @@
 """models.geometry.poincare_np (numpy float64 twins) against the torch functions and
-the 60-digit reference (shared/testdata/geometry_reference.json)."""
+the 60-digit reference (tests/data/geometry_reference.json, through tests/conftest.py)."""
 
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
 
 import mpmath
 import numpy as np
@@ -15,17 +13,7 @@ import torch
 from models.geometry import numerics, poincare
 from models.geometry import poincare_np as pnp
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _single_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
-REFERENCE = Path(__file__).resolve().parents[2] / "shared/testdata/geometry_reference.json"
-CASES = json.loads(REFERENCE.read_text())["cases"] if REFERENCE.exists() else []
+pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
 
 def _gap(p, c):
@@ -51,14 +39,12 @@ def _points(n, d, c, seed):
     return np.concatenate([x, np.zeros((1, d))])
 
 
-def test_reference_cases_present():
-    assert len(CASES) == 45
+def test_reference_cases_present(geometry_reference):
+    assert len(geometry_reference["cases"]) == 45
 
 
-@pytest.mark.parametrize(
-    "case", CASES, ids=[f"c{cs['c']}-d{cs['dim']}-{i}" for i, cs in enumerate(CASES)]
-)
-def test_reference_distances(case):
+def test_reference_distances(reference_case):
+    case = reference_case
     c, rtol = case["c"], _rtol(case)
     x, y = np.array(case["x"]), np.array(case["y"])
     assert _rel(pnp.dist(x, y, c=c), case["dist_xy"]) <= rtol

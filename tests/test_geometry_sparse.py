@@ -60,5 +60,7 @@ def test_euclidean_ball_is_the_hyperbolic_ball(c):
     on_sphere = centre[:, None, :] + radius[:, None, None] * u
     d = poincare.dist(x[:, None, :], on_sphere, c=c)
     torch.testing.assert_close(d, r[:, None].expand_as(d), rtol=1e-6, atol=1e-8)
-    c_inf, r_inf = poincare.euclidean_ball(x, torch.full((6,), float("inf"), dtype=torch.float64), c=c)
+    c_inf, r_inf = poincare.euclidean_ball(
+        x, torch.full((6,), float("inf"), dtype=torch.float64), c=c
+    )
     assert torch.equal(c_inf, x) and bool(torch.isinf(r_inf).all())

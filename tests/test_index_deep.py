@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from indexing import HyperbolicIndex
-from indexing.geometry import PoincareSpace
+from indexing.geometry import PoincareIndexSpace
 
 from .test_index_common import brute_force, cloud, make_ids, recall_at
 
@@ -35,7 +35,7 @@ def deep_cloud(n: int, n_queries: int, *, seed: int, c: float = 1.0):
 
 def test_deep_cloud_is_deep():
     x, q = deep_cloud(500, 10, seed=1)
-    sp = PoincareSpace(8, 1.0)
+    sp = PoincareIndexSpace(8, 1.0)
     assert sp.deep(x).all() and sp.deep(q).all()
     assert (np.linalg.norm(x, axis=1) < 1).all()
     # float32 collapses many of them onto the same coordinates (or the sphere)

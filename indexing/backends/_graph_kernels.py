@@ -1,11 +1,14 @@
 """Compiled kernels of the graph backend (numba, no GIL held).
 
-The graph ranks with the Poincaré ranking proxy of :mod:`indexing.geometry`
-(``key(q, x) = |q - x|^2 * w(x)``, ``w(x) = 1 / (1 - c|x|^2)`` in float64,
-coordinates in float64 or float32, from coordinate differences), which orders the items like the geodesic distance to
-``q`` does, and with its symmetric form ``K(x, y) = |x - y|^2 w(x) w(y)``
-(``cosh d(x, y) - 1 = 2c K(x, y)``) between graph nodes.  No exact distance is
-computed here: the backend re-ranks the candidates with ``models.geometry``.
+The graph ranks with the Poincaré ranking proxy of :mod:`models.geometry.ranking`
+(``key(q, x) = |q - x|^2 * w(x)``, ``w(x) = 1 / (1 - c|x|^2)`` in float64 from
+:func:`~models.geometry.ranking.proxy_weight`, coordinates in float64 or
+float32, from coordinate differences, summed in float64), which orders the
+items like the geodesic distance to ``q`` does, and with its symmetric form
+``K(x, y) = |x - y|^2 w(x) w(y)`` (``cosh sqrt(c) d(x, y) - 1 = 2c K(x, y)``,
+:func:`~models.geometry.ranking.arcosh1p` compiled in) between graph nodes.
+No exact distance is computed here: the backend re-ranks the candidates with
+``models.geometry``.
 
 Node flags: ``0`` not in the graph, ``1`` live, ``2`` tombstone (a removed item:
 it still routes searches, it is never returned).
@@ -24,7 +27,6 @@ it still routes searches, it is never returned).
 
 from __future__ import annotations
 
-import math
 import os
 import threading
 
@@ -32,10 +34,12 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from models.geometry.ranking import arcosh1p
+
 # The parallel kernels (insertion) run on numba's "workqueue" threads, not
 # OpenMP: OpenMP workers spin while they wait, and next to another spinning
-# runtime (torch's, after a multi-threaded torch op) on a busy 2-core machine
-# single insertion batches measured 16-21 s instead of 0.5 s.  The workqueue
+# runtime (torch's, after a multi-threaded torch op) on a busy machine single
+# insertion batches took tens of times longer.  The workqueue
 # layer must not be entered by two threads at once: PARALLEL_LOCK serialises
 # the parallel kernels of every index of the process.
 if "NUMBA_THREADING_LAYER" not in os.environ:
@@ -65,11 +69,36 @@ def _sym(x, w, i, j):
     return s * w[i] * w[j]
 
 
+_arcosh1p = njit(inline="always")(arcosh1p)
+
+
 @njit(inline="always", cache=True)
 def _arc(kk, two_c):
     """A monotone stand-in for the geodesic distance: ``sqrt(c) d = arcosh(1 + 2cK)``."""
-    z = two_c * np.float64(kk)
-    return math.log1p(z + math.sqrt(z * (z + 2.0)))
+    return _arcosh1p(two_c * np.float64(kk))
+
+
+@njit(inline="always", cache=True)
+def _append_unique(arr, n, v):
+    """Append ``v`` to ``arr[:n]`` unless it is already there; the new length."""
+    for r in range(n):
+        if arr[r] == v:
+            return n
+    arr[n] = v
+    return n + 1
+
+
+@njit(inline="always", cache=True)
+def _beam_buffers(L, R_out):
+    """Work arrays of one beam search: beam ``(ids, keys, expanded)`` of width
+    ``L`` and results ``(ids, keys)`` of width ``R_out``."""
+    return (
+        np.empty(L, dtype=np.int64),
+        np.empty(L, dtype=np.float64),
+        np.empty(L, dtype=np.bool_),
+        np.empty(R_out, dtype=np.int64),
+        np.empty(R_out, dtype=np.float64),
+    )
 
 
 @njit(inline="always", cache=True)
@@ -103,13 +132,17 @@ def _into_results(res_i, res_k, n, R_out, kk, node):
 
 
 @njit(nogil=True, cache=True)
-def _beam(x, w, adj, deg, flags, ok, q, entries, ex, ew, L, R_out, visited, stamp, beam_i,
-          beam_k, expd, res_i, res_k):
-    """One beam search from the entry points ``entries`` (their coordinates and
-    weights copied to the dense ``ex``, ``ew``: scoring them reads memory in
-    order).  Fills ``res_i/res_k`` (sorted, ``R_out`` wide) with the nearest
-    returnable nodes visited; returns how many, and the size of the final beam
-    (``beam_i/beam_k[:n_beam]``, sorted)."""
+def _beam(graph, ok, q, start, L, R_out, visited, stamp, bufs):
+    """One beam search from the entry points of ``start = (entries, ex, ew)``
+    (their coordinates and weights copied to the dense ``ex``, ``ew``: scoring
+    them reads memory in order) over ``graph = (x, w, adj, deg, flags)``, with
+    the work arrays ``bufs`` of :func:`_beam_buffers`.  Fills ``res_i/res_k``
+    (sorted, ``R_out`` wide) with the nearest returnable nodes visited;
+    returns how many, and the size of the final beam (``beam_i/beam_k[:n_beam]``,
+    sorted)."""
+    x, w, adj, deg, flags = graph
+    entries, ex, ew = start
+    beam_i, beam_k, expd, res_i, res_k = bufs
     n_beam = 0
     n_res = 0
     for j in range(entries.shape[0]):
@@ -165,19 +198,17 @@ def search_batch(x, w, adj, deg, flags, ok, queries, entries, ex, ew, L, R_out, 
     nq = queries.shape[0]
     out_i = np.full((nq, R_out), -1, dtype=np.int64)
     out_k = np.full((nq, R_out), np.inf, dtype=np.float64)
-    beam_i = np.empty(L, dtype=np.int64)
-    beam_k = np.empty(L, dtype=np.float64)
-    expd = np.empty(L, dtype=np.bool_)
-    res_i = np.empty(R_out, dtype=np.int64)
-    res_k = np.empty(R_out, dtype=np.float64)
+    graph = (x, w, adj, deg, flags)
+    start = (entries, ex, ew)
+    bufs = _beam_buffers(L, R_out)
+    beam_i, beam_k, expd, res_i, res_k = bufs
     stamp = stamp0
     for i in range(nq):
         stamp += 1
         if stamp >= 4294967295:
             visited[:] = 0
             stamp = 1
-        n, _ = _beam(x, w, adj, deg, flags, ok, queries[i], entries, ex, ew, L, R_out, visited,
-                     np.uint32(stamp), beam_i, beam_k, expd, res_i, res_k)
+        n, _ = _beam(graph, ok, queries[i], start, L, R_out, visited, np.uint32(stamp), bufs)
         out_i[i, :n] = res_i[:n]
         out_k[i, :n] = res_k[:n]
     return out_i, out_k, stamp
@@ -243,21 +274,33 @@ def _prune(x, w, node, cand, ck, n_cand, R, alpha, two_c, out, occ, min_deg):
             if c == node or c == last or occ[ci] < 0:
                 continue
             last = c
-            dup = False
-            for r in range(n_out):
-                if out[r] == c:
-                    dup = True
-                    break
-            if not dup:
-                out[n_out] = c
-                n_out += 1
+            m = _append_unique(out, n_out, c)
+            if m > n_out:
+                n_out = m
                 occ[ci] = -1
     return n_out
 
 
 @njit(nogil=True, parallel=True, cache=True)
-def insert_batch(x, w, adj, deg, flags, nodes, entries, ex, ew, L, R, alpha, two_c, visited,
-                 n_threads, mates, min_deg):
+def insert_batch(
+    x,
+    w,
+    adj,
+    deg,
+    flags,
+    nodes,
+    entries,
+    ex,
+    ew,
+    L,
+    R,
+    alpha,
+    two_c,
+    visited,
+    n_threads,
+    mates,
+    min_deg,
+):
     """Link ``nodes`` (not yet in the graph: ``flags`` 0; the caller sets them
     to 1 afterwards).
 
@@ -280,21 +323,18 @@ def insert_batch(x, w, adj, deg, flags, nodes, entries, ex, ew, L, R, alpha, two
     top1 = np.full(nb_, -1, dtype=np.int64)
     empty_ok = np.zeros(0, dtype=np.bool_)
     chunk = (nb_ + n_threads - 1) // n_threads
+    graph = (x, w, adj, deg, flags)
+    start = (entries, ex, ew)
     for t in prange(n_threads):
-        beam_i = np.empty(L, dtype=np.int64)
-        beam_k = np.empty(L, dtype=np.float64)
-        expd = np.empty(L, dtype=np.bool_)
-        res_i = np.empty(L, dtype=np.int64)
-        res_k = np.empty(L, dtype=np.float64)
+        bufs = _beam_buffers(L, L)
+        beam_i, beam_k, expd, res_i, res_k = bufs
         vis = visited[t]
         stamp = 0
         for b in range(t * chunk, min(nb_, (t + 1) * chunk)):
             node = nodes[b]
             stamp += 1
             # route over every node in the graph (tombstones too)
-            nr, n_beam = _beam(x, w, adj, deg, flags, empty_ok, x[node], entries, ex, ew, L, 1,
-                               vis,
-                               np.uint32(stamp), beam_i, beam_k, expd, res_i, res_k)
+            nr, n_beam = _beam(graph, empty_ok, x[node], start, L, 1, vis, np.uint32(stamp), bufs)
             # candidates: the live nodes of the final beam (symmetric keys)
             m = 0
             for j in range(n_beam):
@@ -417,16 +457,8 @@ def link_groups(x, w, adj, deg, tgt, src, R, alpha, two_c, min_deg):
             m += 1
         for p in range(a, e):
             u = src[order[p]]
-            if u == v:
-                continue
-            dup = False
-            for j in range(m):
-                if cand[j] == u:
-                    dup = True
-                    break
-            if not dup:
-                cand[m] = u
-                m += 1
+            if u != v:
+                m = _append_unique(cand, m, u)
         if m <= slack:
             for j in range(m):
                 adj[v, j] = cand[j]
@@ -495,15 +527,14 @@ def repair(x, w, adj, deg, flags, entries, ex, ew, L):
     order = np.argsort(w)
     stack = np.empty(n, dtype=np.int64)
     visited = np.zeros(n, dtype=np.uint32)
-    beam_i = np.empty(L, dtype=np.int64)
-    beam_k = np.empty(L, dtype=np.float64)
-    expd = np.empty(L, dtype=np.bool_)
-    res_i = np.empty(1, dtype=np.int64)
-    res_k = np.empty(1, dtype=np.float64)
+    graph = (x, w, adj, deg, flags)
+    start = (entries, ex, ew)
+    bufs = _beam_buffers(L, 1)
+    beam_i, beam_k, expd, res_i, res_k = bufs
     no_filter = np.zeros(0, dtype=np.bool_)
     stamp = 0
     added = 0
-    for rounds in range(8):
+    for _rounds in range(8):
         progress = False
         for oi in range(n):
             u = order[oi]
@@ -528,8 +559,9 @@ def repair(x, w, adj, deg, flags, entries, ex, ew, L):
                 best = roomy
             else:
                 stamp += 1
-                _, n_beam = _beam(x, w, adj, deg, flags, no_filter, x[u], entries, ex, ew, L, 1,
-                                  visited, np.uint32(stamp), beam_i, beam_k, expd, res_i, res_k)
+                _, n_beam = _beam(
+                    graph, no_filter, x[u], start, L, 1, visited, np.uint32(stamp), bufs
+                )
                 for j in range(n_beam):
                     v = beam_i[j]
                     if v != u and seen[v] and deg[v] < slack:

@@ -3,7 +3,7 @@
 A backend indexes the live slots of an :class:`~indexing.table.ItemTable` and
 answers k-nearest-neighbour queries with **exact float64 geodesic distances**:
 whatever proxy ranks candidates inside the backend, the returned distances come
-from :meth:`indexing.geometry.Space.dist_rows` (``models.geometry``).
+from :meth:`indexing.geometry.IndexSpace.dist_rows` (``models.geometry``).
 
 The index calls every method with its lock held: mutations (``build``, ``add``,
 ``remove``, ``restore``) under the write lock, ``search``/``state`` under a read
@@ -17,10 +17,20 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..geometry import Space
+from ..geometry import IndexSpace, PoincareIndexSpace
 from ..table import ItemTable
 
-__all__ = ["Backend", "ProxyCache", "rerank", "merge_topk", "exact_dists", "EMPTY"]
+__all__ = [
+    "Backend",
+    "ProxyCache",
+    "ball_only_params",
+    "empty_answer",
+    "search_size",
+    "rerank",
+    "merge_topk",
+    "exact_dists",
+    "EMPTY",
+]
 
 EMPTY = -1  # padding slot
 
@@ -28,7 +38,7 @@ EMPTY = -1  # padding slot
 class Backend(ABC):
     name: ClassVar[str]
 
-    def __init__(self, space: Space, **params: Any) -> None:
+    def __init__(self, space: IndexSpace, **params: Any) -> None:
         self.space = space
 
     @property
@@ -77,11 +87,40 @@ class Backend(ABC):
         return 0
 
 
+def ball_only_params(
+    name: str, space: IndexSpace, params: dict[str, Any], defaults: dict[str, Any]
+) -> dict[str, Any]:
+    """``defaults`` updated with ``params`` for a backend of the Poincaré ball only
+    (``ValueError`` for another space, ``TypeError`` for an unknown parameter)."""
+    if not isinstance(space, PoincareIndexSpace):
+        raise ValueError(
+            f"the {name} backend supports the Poincaré ball only, not {space.spec!r} "
+            "(use backend='exact' or 'auto' for product spaces)"
+        )
+    unknown = set(params) - set(defaults)
+    if unknown:
+        raise TypeError(f"{name} backend: unknown parameters {sorted(unknown)}")
+    return {**defaults, **params}
+
+
+def empty_answer(q: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``(slots, distances)`` of ``q`` queries when nothing is returned (``k``
+    columns of padding: ``k`` is 0 or there is no query)."""
+    return np.full((q, k), EMPTY, dtype=np.int64), np.full((q, k), np.inf)
+
+
+def search_size(table: ItemTable, k: int, allowed: np.ndarray | None) -> tuple[int, int]:
+    """``(n, k)``: how many items a search ranges over (live, or ``allowed``) and
+    ``k`` clamped to that."""
+    n = table.n_alive if allowed is None else len(allowed)
+    return n, min(k, n)
+
+
 class ProxyCache:
     """The space's ranking-proxy data for every slot of a table (float32),
     appended to as the table grows (slots are never rewritten)."""
 
-    def __init__(self, space: Space) -> None:
+    def __init__(self, space: IndexSpace) -> None:
         self.space = space
         self.data: tuple[np.ndarray, ...] | None = None
         self.n = 0
@@ -156,7 +195,7 @@ def merge_topk(slots: np.ndarray, dists: np.ndarray, k: int) -> tuple[np.ndarray
 
 
 def exact_dists(
-    space: Space, table: ItemTable, queries: np.ndarray, cand: np.ndarray
+    space: IndexSpace, table: ItemTable, queries: np.ndarray, cand: np.ndarray
 ) -> np.ndarray:
     """Exact float64 distances from ``queries[i]`` to the slots ``cand[i]`` (inf for padding)."""
     cand = np.asarray(cand, dtype=np.int64)
@@ -174,7 +213,7 @@ def exact_dists(
 
 
 def rerank(
-    space: Space, table: ItemTable, queries: np.ndarray, cand: np.ndarray, k: int
+    space: IndexSpace, table: ItemTable, queries: np.ndarray, cand: np.ndarray, k: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Exact float64 re-ranking of candidate slots; ``(slots, dists)`` of shape ``(q, k)``."""
     return merge_topk(cand, exact_dists(space, table, queries, cand), k)

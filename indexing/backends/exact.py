@@ -3,7 +3,7 @@
 Candidates are selected with the space's float32 ranking proxy (for the
 Poincaré ball the arcosh argument up to a per-query factor, from coordinate
 differences) -- in float64 for *deep* queries (gap below
-:data:`indexing.geometry.DEEP_GAP`, where float32 cannot rank) --
+:data:`models.geometry.ranking.DEEP_GAP`, where float32 cannot rank) --
 ``max(4k, k+32)`` per query, then re-ranked in float64 with
 ``models.geometry``.  The scan runs in chunks of queries so the key matrix stays
 around 64 MB.
@@ -15,11 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from ..geometry import Space
+from ..geometry import IndexSpace
 from ..table import ItemTable
-from .base import EMPTY, Backend, ProxyCache, rerank
+from .base import EMPTY, Backend, ProxyCache, empty_answer, merge_topk, rerank
 
-__all__ = ["ExactBackend", "exact_search", "n_candidates"]
+__all__ = ["ExactBackend", "exact_search", "n_candidates", "with_deep_scan"]
 
 _KEY_BUDGET = 1 << 24  # float32 keys per chunk (64 MB)
 
@@ -42,7 +42,7 @@ def _smallest(keys: np.ndarray, m: int) -> np.ndarray:
 class ExactBackend(Backend):
     name = "exact"
 
-    def __init__(self, space: Space, **params: Any) -> None:
+    def __init__(self, space: IndexSpace, **params: Any) -> None:
         super().__init__(space)
         if params:
             raise TypeError(f"exact backend: unknown parameters {sorted(params)}")
@@ -71,7 +71,7 @@ class ExactBackend(Backend):
 
 
 def exact_search(
-    space: Space,
+    space: IndexSpace,
     table: ItemTable,
     prepared: tuple[np.ndarray, ...] | None,
     queries: np.ndarray,
@@ -106,7 +106,7 @@ def exact_search(
     n = len(rows)
     k = min(k, n_live)
     if q == 0 or k == 0:
-        return np.full((q, k), EMPTY, dtype=np.int64), np.full((q, k), np.inf)
+        return empty_answer(q, k)
     m = n_candidates(k, n_live)
     out_s = np.empty((q, k), dtype=np.int64)
     out_d = np.empty((q, k), dtype=np.float64)
@@ -138,3 +138,19 @@ def exact_search(
             out_s[sel[a : a + qb]] = s
             out_d[sel[a : a + qb]] = d
     return out_s, out_d
+
+
+def with_deep_scan(space, table, queries, k, parts, deep_rows):
+    """The answers ``parts`` (a list of ``(slots, distances)`` of a graph) merged
+    with an exact scan of ``deep_rows``, the deep items a float32 graph leaves
+    out; the ``k`` nearest of all."""
+    if len(deep_rows):
+        kd = min(k, len(deep_rows))
+        parts = [*parts, exact_search(space, table, None, queries, kd, allowed=deep_rows)]
+    if len(parts) == 1:
+        return parts[0]
+    return merge_topk(
+        np.concatenate([p[0] for p in parts], axis=1),
+        np.concatenate([p[1] for p in parts], axis=1),
+        k,
+    )

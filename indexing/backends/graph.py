@@ -2,27 +2,24 @@
 
 hnswlib's ``l2`` graph sees Euclidean neighbours, which on hierarchical data in
 the Poincaré ball are a poor proxy for the hyperbolic ones (see
-:mod:`.hnsw`).  This backend builds and searches its graph with the Poincaré
-ranking proxy ``key(q, x) = |q - x|^2 / (1 - c|x|^2)`` (monotone in the
-geodesic distance for a fixed ``q``; float32, from coordinate differences) and
-its symmetric form between nodes, in compiled kernels that release the GIL
-(:mod:`._graph_kernels`, numba):
+:mod:`.hnsw`).  This backend builds and searches its graph with the ranking
+proxy of :mod:`models.geometry.ranking`, ``key(q, x) = |q - x|^2 / (1 - c|x|^2)``
+(monotone in the geodesic distance for a fixed ``q``; from coordinate
+differences, accumulated in float64 whatever the coordinates' dtype, with the
+weights ``1 / (1 - c|x|^2)`` held in float64) and its symmetric form between
+nodes, in compiled kernels that release the GIL (:mod:`._graph_kernels`, numba):
 
 * one flat layer; a search starts from ``n_entries`` nodes (the node nearest
   the origin and a random sample), all scored, so the beam begins next to the
-  query instead of descending from a hub (measured on 200k x 16-d clouds:
-  recall@10 at ef 42 went from 0.962 with 16 entry points to 0.994 with 1,024,
-  and 256 entry points lose little: 0.990 at ef 32, against 0.991 with 1,024);
+  query instead of descending from a hub (more entry points: higher recall at
+  the same beam width, with diminishing returns);
 * out-degree up to ``R`` chosen by robust pruning (DiskANN) with ``alpha`` on
   the geodesic distance.  In this tree-like metric the pruning keeps few
-  edges (mean degree about 8 at ``alpha = 1``); a larger ``alpha`` keeps more
-  out-edges, all pointing inward at the same hubs, whose reverse edges then
-  crowd each other out: recall fell (0.945 at ``alpha = 1.2``, ef 42);
+  edges; a larger ``alpha`` keeps more out-edges, all pointing inward at the
+  same hubs, whose reverse edges then crowd each other out, and recall falls;
 * ``min_degree``: a node keeps at least that many edges, topped up with the
   nearest pruned candidates -- on a tree-like metric robust pruning leaves a
-  near-tree (mean degree 2.0 on the WordNet noun embeddings) that a beam
-  navigates badly (recall@10 at ef 256: 0.964 at no minimum, 0.981 at 16;
-  clouds 200k x 16-d at ef 32: 0.988 -> 0.992 at 8);
+  near-tree (WordNet noun embeddings) that a beam navigates badly;
 * reverse edges are added grouped by target, in parallel; a list over
   ``R + R // 2`` is pruned back to ``R`` and every edge ``v -> c`` it drops
   because a kept ``r`` is nearer ``c`` is handed to ``r`` (``handoffs``
@@ -42,13 +39,13 @@ its symmetric form between nodes, in compiled kernels that release the GIL
   marks the allowed nodes and the search keeps routing through the others.
 
 Coordinates are float32 or float64 (``precision``; ``"auto"`` picks float64
-when more than 1% of the items are *deep*, gap below
-:data:`indexing.geometry.DEEP_GAP`, where float32 cannot rank neighbours --
-label embeddings of a big taxonomy are mostly that deep -- and float32
-otherwise: float64 measured about 40% fewer queries/s on 200k x 16-d clouds).
-In a float32 graph the deep items stay out and are scanned exactly, as in
-:mod:`.hnsw`.  Keys are float64 either way.  Product spaces are not supported
-(the index routes them to the exact backend).
+when more than :data:`AUTO_DEEP_SHARE` of the items are *deep*, gap below
+:data:`models.geometry.ranking.DEEP_GAP`, where float32 cannot rank neighbours --
+label embeddings of a big taxonomy are mostly that deep -- and float32, the
+faster, otherwise).  In a float32 graph the deep items stay out and are
+scanned exactly, as in :mod:`.hnsw`.  Keys are float64 either way.  Product
+spaces are not supported (the index routes them to the exact backend).
+The README's ANN benchmark has the measurements behind these choices.
 
 Parameters: ``R`` (32), ``ef_construction`` (96), ``alpha`` (1.0), ``ef``
 (48), ``n_entries`` (256), ``max_batch`` (4096), ``handoffs`` (3),
@@ -64,10 +61,10 @@ from typing import Any
 
 import numpy as np
 
-from ..geometry import DEEP_GAP, PoincareSpace, Space
+from ..geometry import IndexSpace
 from ..table import ItemTable
-from .base import EMPTY, Backend, merge_topk, rerank
-from .exact import exact_search, n_candidates
+from .base import Backend, ball_only_params, empty_answer, rerank, search_size
+from .exact import exact_search, n_candidates, with_deep_scan
 
 __all__ = ["GraphBackend"]
 
@@ -87,8 +84,8 @@ _DEFAULTS: dict[str, Any] = {
     "precision": "auto",
 }
 #: ``precision="auto"``: float64 coordinates when more than this share of the
-#: items is deep (label embeddings of a big taxonomy: 35% of the WordNet nouns
-#: after two epochs), else float32 with the deep items scanned exactly.
+#: items is deep (label embeddings of a big taxonomy), else float32 with the
+#: deep items scanned exactly.
 AUTO_DEEP_SHARE = 0.01
 _INT_PARAMS = ("R", "ef_construction", "ef", "max_batch", "n_entries")
 
@@ -126,17 +123,9 @@ class _VisitedPool:
 class GraphBackend(Backend):
     name = "graph"
 
-    def __init__(self, space: Space, **params: Any) -> None:
+    def __init__(self, space: IndexSpace, **params: Any) -> None:
         super().__init__(space)
-        if not isinstance(space, PoincareSpace):
-            raise ValueError(
-                f"the graph backend supports the Poincaré ball only, not {space.spec!r} "
-                "(use backend='exact' or 'auto' for product spaces)"
-            )
-        unknown = set(params) - set(_DEFAULTS)
-        if unknown:
-            raise TypeError(f"graph backend: unknown parameters {sorted(unknown)}")
-        p = {**_DEFAULTS, **params}
+        p = ball_only_params("graph", space, params, _DEFAULTS)
         for key in _INT_PARAMS:
             if int(p[key]) < 1:
                 raise ValueError(f"graph backend: {key} must be >= 1, got {p[key]!r}")
@@ -226,7 +215,7 @@ class GraphBackend(Backend):
         self._reset(max(table.n_slots, 16))
         self._sync_vectors(table)
         if len(live):
-            self._insert(live)
+            self._insert(table, live)
 
     def add(self, table: ItemTable, slots: np.ndarray) -> None:
         slots = np.asarray(slots, dtype=np.int64)
@@ -234,7 +223,7 @@ class GraphBackend(Backend):
             self._reset(max(table.n_slots, 16))
         self._sync_vectors(table)
         if len(slots):
-            self._insert(slots)
+            self._insert(table, slots)
 
     def remove(self, table: ItemTable, slots: np.ndarray) -> None:
         for s in np.asarray(slots, dtype=np.int64).tolist():
@@ -248,12 +237,12 @@ class GraphBackend(Backend):
     def deleted_fraction(self) -> float:
         return self._deleted / self._in_graph if self._in_graph else 0.0
 
-    def _insert(self, slots: np.ndarray) -> None:
+    def _insert(self, table: ItemTable, slots: np.ndarray) -> None:
         K = _kernels()
-        # w = 1 / gap, computed in float64 (proxy_prepare)
-        deep = self._w[slots] >= 1.0 / DEEP_GAP
-        if self._dtype == np.float64:
-            deep[:] = False  # float64 coordinates rank deep points too
+        if self._dtype == np.float64:  # float64 coordinates rank deep points too
+            deep = np.zeros(len(slots), dtype=bool)
+        else:
+            deep = self.space.deep(table.vectors[slots])
         if deep.any():
             self._deep.update(slots[deep].tolist())
             slots = slots[~deep]
@@ -279,17 +268,38 @@ class GraphBackend(Backend):
             vis = np.zeros((threads, len(self._w)), dtype=np.uint32)
             with K.PARALLEL_LOCK:
                 tgt, src = K.insert_batch(
-                    self._x, self._w, self._adj, self._deg, self._flags, batch, self._entries,
-                    self._ex, self._ew,
-                    self._p["ef_construction"], self._p["R"], self._p["alpha"], two_c, vis, threads,
-                    self._p["mates"], self._p["min_degree"],
+                    self._x,
+                    self._w,
+                    self._adj,
+                    self._deg,
+                    self._flags,
+                    batch,
+                    self._entries,
+                    self._ex,
+                    self._ew,
+                    self._p["ef_construction"],
+                    self._p["R"],
+                    self._p["alpha"],
+                    two_c,
+                    vis,
+                    threads,
+                    self._p["mates"],
+                    self._p["min_degree"],
                 )
                 for _ in range(self._p["handoffs"] + 1):
                     if len(tgt) == 0:
                         break
                     tgt, src = K.link_groups(
-                        self._x, self._w, self._adj, self._deg, tgt, src,
-                        self._p["R"], self._p["alpha"], two_c, self._p["min_degree"],
+                        self._x,
+                        self._w,
+                        self._adj,
+                        self._deg,
+                        tgt,
+                        src,
+                        self._p["R"],
+                        self._p["alpha"],
+                        two_c,
+                        self._p["min_degree"],
                     )
             self._flags[batch] = 1
             self._in_graph += size
@@ -298,7 +308,14 @@ class GraphBackend(Backend):
                 self._pick_entries()
         self._pick_entries()
         K.repair(
-            self._x, self._w, self._adj, self._deg, self._flags, self._entries, self._ex, self._ew,
+            self._x,
+            self._w,
+            self._adj,
+            self._deg,
+            self._flags,
+            self._entries,
+            self._ex,
+            self._ew,
             self._p["ef_construction"],
         )
 
@@ -323,11 +340,9 @@ class GraphBackend(Backend):
 
     # -- search -----------------------------------------------------------------------
     def search(self, table, queries, k, *, allowed=None, ef=None):
-        q = len(queries)
-        n = table.n_alive if allowed is None else len(allowed)
-        k = min(k, n)
-        if q == 0 or k == 0:
-            return np.full((q, k), EMPTY, dtype=np.int64), np.full((q, k), np.inf)
+        n, k = search_size(table, k, allowed)
+        if len(queries) == 0 or k == 0:
+            return empty_answer(len(queries), k)
         if (
             self._in_graph == 0
             or self._n < table.n_slots
@@ -343,19 +358,7 @@ class GraphBackend(Backend):
         parts = []
         if n_graph > 0:
             parts.append(self._graph_search(table, queries, min(k, n_graph), n_graph, allowed, ef))
-        if len(deep_rows):
-            parts.append(
-                exact_search(
-                    self.space, table, None, queries, min(k, len(deep_rows)), allowed=deep_rows
-                )
-            )
-        if len(parts) == 1:
-            return parts[0]
-        return merge_topk(
-            np.concatenate([p[0] for p in parts], axis=1),
-            np.concatenate([p[1] for p in parts], axis=1),
-            k,
-        )
+        return with_deep_scan(self.space, table, queries, k, parts, deep_rows)
 
     def _graph_search(self, table, queries, k, n_graph, allowed, ef):
         K = _kernels()
@@ -373,9 +376,20 @@ class GraphBackend(Backend):
         item = self._visited.take(len(self._flags))
         try:
             cand, _, item[1] = K.search_batch(
-                self._x, self._w, self._adj, self._deg, self._flags, ok, q32, self._entries,
-                self._ex, self._ew,
-                width, keep, item[0], item[1],
+                self._x,
+                self._w,
+                self._adj,
+                self._deg,
+                self._flags,
+                ok,
+                q32,
+                self._entries,
+                self._ex,
+                self._ew,
+                width,
+                keep,
+                item[0],
+                item[1],
             )
         finally:
             self._visited.give(item)
@@ -410,8 +424,8 @@ class GraphBackend(Backend):
             deep=np.fromiter(sorted(self._deep), dtype=np.int64, count=len(self._deep)),
             counts=np.array([self._in_graph, self._deleted], dtype=np.int64),
             # tombstones route searches but the table no longer holds their vectors
-            tomb_x=self._x[: n][self._flags[:n] == 2],
-            tomb_w=self._w[: n][self._flags[:n] == 2],
+            tomb_x=self._x[:n][self._flags[:n] == 2],
+            tomb_w=self._w[:n][self._flags[:n] == 2],
             wide=np.array([self._dtype == np.float64]),
         )
         return {"graph": buf.getvalue()}
@@ -451,11 +465,14 @@ class GraphBackend(Backend):
         missing = live[(self._flags[live] == 0)]
         missing = missing[~np.isin(missing, deep)]
         if len(missing):  # never expected: a snapshot covers its table
-            self._insert(missing)
+            self._insert(table, missing)
 
     def nbytes(self) -> int:
         return int(
-            self._x.nbytes + self._w.nbytes + self._adj.nbytes + self._deg.nbytes
+            self._x.nbytes
+            + self._w.nbytes
+            + self._adj.nbytes
+            + self._deg.nbytes
             + self._flags.nbytes
         )
 

@@ -2,38 +2,37 @@
 
 Plain Euclidean neighbours are a poor proxy for hyperbolic ones on
 hierarchical data (the hyperbolic neighbours of a deep point are mostly
-*ancestors*, radially inward and Euclidean-farther than its siblings): on the
-project's hierarchical clouds (norms 0.9..0.999) recall@10 of "l2 top-ef,
-re-ranked" stalls around 0.94 however large ef is.  This backend therefore
-*re-centres* its search: a hyperbolic ball ``B(q, r)`` of the Poincaré model
-is a Euclidean ball with another centre, so after a first pass around ``q``
-(``max(ef/4, 2k, 32)`` candidates) gives ``r`` = the current k-th distance, the next pass
-asks the graph for the ``ef`` Euclidean neighbours of the centre of
-``B(q, r)`` -- which hold exactly the items within hyperbolic distance ``r``
-of ``q``.  Up to ``passes`` passes run (a query stops as soon as its k-th
-distance stops improving).  Candidates are pooled and ranked with the float32
-proxy (the arcosh argument); the best ``max(4k, k+32)`` are re-ranked exactly
-in float64 by ``models.geometry``.  ``passes=1`` is the plain "l2 top-ef +
-exact re-rank" search.
+*ancestors*, radially inward and Euclidean-farther than its siblings): on
+hierarchical clouds the recall of "l2 top-ef, re-ranked" stalls below the
+target however large ef is.  This backend therefore *re-centres* its search:
+a hyperbolic ball ``B(q, r)`` of the Poincaré model is a Euclidean ball with
+another centre, so after a first pass around ``q`` (``max(ef/4, 2k, 32)``
+candidates) gives ``r`` = the current k-th distance, the next pass asks the
+graph for the ``ef`` Euclidean neighbours of the centre of ``B(q, r)`` --
+which hold exactly the items within hyperbolic distance ``r`` of ``q``.  Up
+to ``passes`` passes run (a query stops as soon as its k-th distance stops
+improving).  Candidates are pooled and ranked with the float32 proxy of
+:mod:`models.geometry.ranking` (the arcosh argument up to a per-query
+factor); the best ``max(4k, k+32)`` are re-ranked exactly in float64 by
+``models.geometry``.  ``passes=1`` is the plain "l2 top-ef + exact re-rank"
+search.
 
-Measured (``benchmarks/ann.py``, 200k x 16-d, 300 queries): an exact Euclidean
-kNN from the re-centred point reaches recall 1.0 after two re-centrings, so
-what remains is hnswlib's own approximation: its l2 recall@64 is 0.994 around
-the queries but 0.946 around the (off-manifold) centres -- hence the larger
-candidate count of the re-centred passes.
+An exact Euclidean kNN from the re-centred point finds the hyperbolic
+neighbours after two re-centrings, so what remains is hnswlib's own
+approximation, which is worse around the (off-manifold) centres than around
+the queries -- hence the larger candidate count of the re-centred passes
+(``benchmarks/ann.py`` measures it).
 
-*Deep* items (gap ``1 - c|x|^2`` below :data:`indexing.geometry.DEEP_GAP`,
+*Deep* items (gap ``1 - c|x|^2`` below :data:`models.geometry.ranking.DEEP_GAP`,
 hyperbolic radius above about 12.9/sqrt(c)) stay out of the graph: hnswlib
 holds float32 coordinates, which cannot tell such points apart.  They are
 scanned exactly (float64 proxy for deep queries) at every search and merged.
 
 Product spaces are not supported (the index routes them to the exact
-backend): ``l2`` on the concatenated coordinates of
-``poincare:8,sphere:4,euclidean:4`` clouds (20k items, the Poincaré factor a
-hierarchical cloud) measured recall@10 of 0.09 / 0.14 / 0.20 / 0.28 at ef = 64 /
-128 / 256 / 512 after exact re-ranking -- the Euclidean factors dominate ``l2``
-while the hyperbolic factor dominates the distance -- and a product ball is not
-a Euclidean ball, so re-centring does not apply.
+backend): ``l2`` on the concatenated coordinates of a product is dominated by
+the Euclidean factors while the hyperbolic factor dominates the distance, so
+recall stays low even after exact re-ranking, and a product ball is not a
+Euclidean ball, so re-centring does not apply.
 
 Parameters: ``M`` (16), ``ef_construction`` (200), ``ef`` (candidates of a
 re-centred pass; the first pass takes ``max(ef/4, 2k, 32)``; 256), ``passes`` (2),
@@ -52,10 +51,18 @@ from typing import Any
 
 import numpy as np
 
-from ..geometry import PoincareSpace, Space
+from ..geometry import IndexSpace
 from ..table import ItemTable
-from .base import EMPTY, Backend, ProxyCache, merge_topk, rerank
-from .exact import exact_search, n_candidates
+from .base import (
+    Backend,
+    ProxyCache,
+    ball_only_params,
+    empty_answer,
+    merge_topk,
+    rerank,
+    search_size,
+)
+from .exact import exact_search, n_candidates, with_deep_scan
 
 __all__ = ["HnswBackend"]
 
@@ -76,17 +83,9 @@ _DEFAULTS = {
 class HnswBackend(Backend):
     name = "hnsw"
 
-    def __init__(self, space: Space, **params: Any) -> None:
+    def __init__(self, space: IndexSpace, **params: Any) -> None:
         super().__init__(space)
-        if not isinstance(space, PoincareSpace):
-            raise ValueError(
-                f"the hnsw backend supports the Poincaré ball only, not {space.spec!r} "
-                "(use backend='exact' or 'auto' for product spaces)"
-            )
-        unknown = set(params) - set(_DEFAULTS)
-        if unknown:
-            raise TypeError(f"hnsw backend: unknown parameters {sorted(unknown)}")
-        p = {**_DEFAULTS, **params}
+        p = ball_only_params("hnsw", space, params, _DEFAULTS)
         for key in ("M", "ef_construction", "ef", "passes", "filter_exact_threshold"):
             if int(p[key]) < (0 if key == "filter_exact_threshold" else 1):
                 raise ValueError(f"hnsw backend: {key} must be >= 1, got {p[key]!r}")
@@ -173,11 +172,9 @@ class HnswBackend(Backend):
 
     # -- search -----------------------------------------------------------------------
     def search(self, table, queries, k, *, allowed=None, ef=None):
-        q = len(queries)
-        n = table.n_alive if allowed is None else len(allowed)
-        k = min(k, n)
-        if q == 0 or k == 0:
-            return np.full((q, k), EMPTY, dtype=np.int64), np.full((q, k), np.inf)
+        n, k = search_size(table, k, allowed)
+        if len(queries) == 0 or k == 0:
+            return empty_answer(len(queries), k)
         ef = self._p["ef"] if ef is None else int(ef)
         m = min(max(ef, k), n)
         if (
@@ -210,19 +207,8 @@ class HnswBackend(Backend):
                 if allowed is None:
                     allowed = np.setdiff1d(table.live_slots(), deep_rows, assume_unique=True)
                 parts.append(exact_search(self.space, table, None, queries, kg, allowed=allowed))
-        if len(deep_rows):  # the deep items: an exact scan (float64 for deep queries)
-            parts.append(
-                exact_search(
-                    self.space, table, None, queries, min(k, len(deep_rows)), allowed=deep_rows
-                )
-            )
-        if len(parts) == 1:
-            return parts[0]
-        return merge_topk(
-            np.concatenate([p[0] for p in parts], axis=1),
-            np.concatenate([p[1] for p in parts], axis=1),
-            k,
-        )
+        # the deep items: an exact scan (float64 for deep queries)
+        return with_deep_scan(self.space, table, queries, k, parts, deep_rows)
 
     def _knn(self, x: np.ndarray, m: int, filt) -> np.ndarray:
         threads = 1 if filt is not None else self._p["num_threads"]

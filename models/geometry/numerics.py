@@ -39,9 +39,12 @@ from dataclasses import dataclass
 
 import torch
 
+from .ranking import GAP_FLOOR
+
 __all__ = [
     "EPS",
     "Guards",
+    "VELTKAMP_SPLIT",
     "accurate_dtype",
     "as_curvature",
     "asinc",
@@ -86,12 +89,14 @@ class Guards:
 #: i.e. norms within 1e-5 of 1/sqrt(c) for every c >= 0.01, where a float32
 #: coordinate still fixes ``1 - c|x|^2`` to about 5 % (so distances to about
 #: 0.05/sqrt(c)); the gap itself is always computed exactly from the given
-#: coordinates. float16/bfloat16 rows are best effort (not tested).
+#: coordinates. The float64 ``boundary`` is :data:`models.geometry.ranking.GAP_FLOOR`
+#: (the torch-free module the index ranks with), so both floor the gap alike.
+#: float16/bfloat16 rows are best effort (not tested).
 #: ``cancel`` (*): Gram products are always formed in float64
 #: (:func:`accurate_dtype`), so one float64 threshold serves every dtype; with
 #: it the Gram form of ``|x-y|^2`` keeps about 1e-10 relative accuracy.
 EPS: dict[torch.dtype, Guards] = {
-    torch.float64: Guards(1e-15, 1e-15, 1e-15, 1e-4, 1e-5, torch.finfo(torch.float64).tiny),
+    torch.float64: Guards(1e-15, GAP_FLOOR, 1e-15, 1e-4, 1e-5, torch.finfo(torch.float64).tiny),
     torch.float32: Guards(1e-15, 1e-6, 1e-7, 1e-2, 1e-5, torch.finfo(torch.float32).tiny),
     torch.float16: Guards(1e-7, 1e-3, 1e-3, 1e-1, 1e-5, torch.finfo(torch.float16).tiny),
     torch.bfloat16: Guards(1e-15, 1e-2, 1e-2, 1e-1, 1e-5, torch.finfo(torch.bfloat16).tiny),
@@ -101,8 +106,10 @@ EPS: dict[torch.dtype, Guards] = {
 # gram_pairwise: 2**22 float64 values = 32 MiB.
 _CHUNK_ELEMS = 1 << 22
 
-# Veltkamp splitting constant 2**27 + 1 (float64).
-_SPLIT = 134217729.0
+#: Veltkamp splitting constant 2**27 + 1 (float64): ``t = a * VELTKAMP_SPLIT;
+#: hi = t - (t - a)`` splits ``a = hi + lo`` exactly (used by the numpy twins in
+#: :mod:`models.geometry.poincare_np` too).
+VELTKAMP_SPLIT = 134217729.0
 
 
 def _guards(dtype: torch.dtype) -> Guards:
@@ -199,7 +206,7 @@ def safe_norm(x: torch.Tensor, *, keepdim: bool = False) -> torch.Tensor:
 
 def _split(a: torch.Tensor):
     # Veltkamp: a = hi + lo exactly, hi and lo with at most 26 significant bits each
-    t = a * _SPLIT
+    t = a * VELTKAMP_SPLIT
     hi = t - (t - a)
     return hi, a - hi
 
@@ -221,7 +228,7 @@ def _sqnorm_parts(x: torch.Tensor):
     and only the tiny sum(r + e) is rounded: relative error about d^2 u^2.
     No autograd; four temporaries, reused in place.
     """
-    a = torch.mul(x, _SPLIT)
+    a = torch.mul(x, VELTKAMP_SPLIT)
     b = torch.sub(a, x)
     a.sub_(b)  # a = hi (Veltkamp)
     torch.sub(x, a, out=b)  # b = lo

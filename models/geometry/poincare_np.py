@@ -1,16 +1,18 @@
 r"""numpy float64 twins of the Poincaré-ball formulas a service request needs.
 
 The torch functions of :mod:`models.geometry.poincare` are the reference; on
-one query vector each of their calls costs some 100-450 µs of torch dispatch
-(the compensated gap alone is about 15 elementwise operations). These twins
+one query vector each of their calls is dominated by torch's dispatch (the
+compensated gap alone is about 15 elementwise operations). These twins
 compute the *same formulas in the same order* on numpy float64 arrays, for the
 per-request hot paths (distance to the origin of a query, its nearest label
-prototypes), in a few microseconds. Tests check them against the torch
+prototypes). Tests check them against the torch
 functions and the 60-digit reference (``tests/test_geometry_numpy.py``).
 
 * :func:`gap` -- :math:`g(x) = 1 - c\|x\|^2` without cancellation (the error-free
   transformations of :func:`models.geometry.numerics.one_minus_c_sqnorm`),
-  floored like :func:`models.geometry.poincare.gap`;
+  floored at :data:`models.geometry.ranking.GAP_FLOOR` like
+  :func:`models.geometry.poincare.gap` (the plain, faster gap the index ranks
+  with is :func:`models.geometry.ranking.fast_gap`);
 * :func:`dist`, :func:`pairwise_dist` -- the geodesic distance
   :math:`\frac{2}{\sqrt c}\operatorname{arsinh}\sqrt{c\|x-y\|^2/(g(x)g(y))}`,
   with :math:`\|x-y\|^2` always from the differences (in bounded chunks for
@@ -28,13 +30,13 @@ import numpy as np
 import torch
 
 from . import numerics as nm
+from .ranking import GAP_FLOOR
 
 __all__ = ["dist", "distance_to_origin", "gap", "one_minus_c_sqnorm", "pairwise_dist"]
 
 # the guards of the one table (models.geometry.numerics.EPS), float64 row
-_BOUNDARY = nm.eps(torch.float64, "boundary")
 _TINY = nm.eps(torch.float64, "tiny")
-_SPLIT = nm._SPLIT  # Veltkamp constant 2**27 + 1
+_SPLIT = nm.VELTKAMP_SPLIT
 _CHUNK_ELEMS = 1 << 20  # float64 values of one (rows, m, d) block of differences: 8 MiB
 
 
@@ -91,10 +93,11 @@ def one_minus_c_sqnorm(x, c: float) -> np.ndarray:
 
 
 def gap(x, *, c: float) -> np.ndarray:
-    r"""The gap :math:`g(x) = 1 - c\|x\|^2`, floored at the float64 "boundary"
-    guard; twin of :func:`models.geometry.poincare.gap`."""
+    r"""The gap :math:`g(x) = 1 - c\|x\|^2`, floored at
+    :data:`~models.geometry.ranking.GAP_FLOOR` (the float64 "boundary" guard);
+    twin of :func:`models.geometry.poincare.gap`."""
     c = _curvature(c)
-    return np.maximum(one_minus_c_sqnorm(x, c), _BOUNDARY)
+    return np.maximum(one_minus_c_sqnorm(x, c), GAP_FLOOR)
 
 
 def _safe_sqrt(a: np.ndarray) -> np.ndarray:

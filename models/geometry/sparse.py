@@ -29,11 +29,13 @@ __all__ = ["dist_and_grad", "fast_gap"]
 
 
 def fast_gap(x: torch.Tensor, *, c: float) -> torch.Tensor:
-    r"""The plain float64 gap :math:`1 - c\|x\|^2`, floored at eps "boundary".
+    r"""The plain gap :math:`1 - c\|x\|^2`, floored at eps "boundary" (in float64
+    :data:`models.geometry.ranking.GAP_FLOOR`); the torch twin of
+    :func:`models.geometry.ranking.fast_gap`.
 
     A few ulp of 1 (1e-5 relative at a hyperbolic radius of 26): ample for SGD
-    steps and 4x cheaper than the error-free :func:`models.geometry.poincare.gap`;
-    evaluation and the index use the latter.
+    steps and cheaper than the error-free :func:`models.geometry.poincare.gap`,
+    which evaluation and the exact distances use.
     """
     return (1 - c * (x * x).sum(-1)).clamp_min(nm.eps(x.dtype, "boundary"))
 
