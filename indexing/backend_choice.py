@@ -19,7 +19,7 @@ import numpy as np
 
 from .backends import BACKENDS, Backend, make_backend
 from .errors import IndexInputError
-from .geometry import PoincareIndexSpace, IndexSpace
+from .geometry import IndexSpace, PoincareIndexSpace
 from .validation import check_pos_int
 
 __all__ = ["AUTO_BACKEND", "AUTO_THRESHOLD", "BALL_ONLY", "BackendChoice"]

@@ -14,7 +14,7 @@ import math
 
 from .cones import LabelCones
 from .errors import IndexInputError
-from .geometry import PoincareIndexSpace, IndexSpace
+from .geometry import IndexSpace, PoincareIndexSpace
 from .store import Store
 
 __all__ = ["check_cones", "load_cones", "save_cones"]

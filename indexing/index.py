@@ -31,7 +31,7 @@ import numpy as np
 from .backend_choice import BackendChoice
 from .cones import HierarchicalHit, LabelCones
 from .errors import IndexInputError
-from .geometry import PoincareIndexSpace, IndexSpace, make_index_space
+from .geometry import IndexSpace, PoincareIndexSpace, make_index_space
 from .hierarchical import chain_levels, search_levels
 from .holding import check_cones, load_cones, save_cones
 from .live import LiveIndex
