@@ -1,0 +1,177 @@
+r"""Label embeddings: the training options and the trained points, with their checkpoint.
+
+:class:`LabelTrainConfig` holds every option of :func:`models.labels.train_labels`;
+:class:`LabelEmbedding` is the result (one point of the Poincaré ball per
+taxonomy node), saved and loaded as a ``labels`` checkpoint and exported as
+text (``# curvature=<c> dim=<d>`` then one ``name<TAB>x1…xd`` line per node).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..checkpoint import (
+    CheckpointError,
+    decode_strings,
+    encode_strings,
+    load_checkpoint,
+    save_checkpoint,
+)
+from ..taxonomy import Taxonomy
+
+__all__ = ["KIND", "LabelEmbedding", "LabelTrainConfig", "is_finished", "load_labels"]
+
+KIND = "labels"
+
+
+@dataclass
+class LabelTrainConfig:
+    """Every option of label training; the defaults are what the benchmarks use."""
+
+    dim: int = 10
+    curvature: float = 1.0
+    epochs: int | None = None  # None: chosen from the number of closure edges
+    lr: float = 0.03  # Riemannian SGD learning rate, decayed linearly to 0 after the burn-in
+    negatives: int = 50
+    # share of negatives drawn among the descendants of the edge's ancestor
+    local_negatives: float = 0.0
+    burnin: int = 5  # epochs at lr * burnin_factor with degree-weighted negatives
+    burnin_factor: float = 0.1
+    batch_size: int = 1024
+    init: str = "hierarchical"  # or "random" (uniform in a tiny ball, as the paper)
+    init_step: float = 1.5  # hyperbolic radius added per level of depth
+    init_spread: float = 1.5  # angular spread of the children of a depth-1 node
+    init_decay: float = 0.5  # spread factor per further level
+    cone_epochs: int = 0
+    cone_weight: float = 0.0  # weight of the cone loss added to every N&K step; 0: off
+    cone_negatives: int = 10
+    cone_K: float = 0.1
+    cone_margin: float = 0.01
+    cone_lr: float = 0.01  # Riemannian Adam
+    leaf_spread: float = 0.0  # weight of the leaf-spreading term (Long et al. 2020); 0: off
+    leaf_margin: float = 2.0
+    seed: int = 0
+
+    def resolved_epochs(self, n_edges: int) -> int:
+        if self.epochs is not None:
+            return self.epochs
+        # about 1.5 million edge visits for small taxonomies, fewer passes over big ones
+        return int(min(200, max(10, round(1.3e6 / max(n_edges, 1)))))
+
+    def validate(self) -> None:
+        if self.dim < 2:
+            raise ValueError(f"dim must be at least 2, got {self.dim}")
+        if not (self.curvature > 0 and math.isfinite(self.curvature)):
+            raise ValueError(f"curvature must be a positive number, got {self.curvature}")
+        if self.epochs is not None and self.epochs < 0:
+            raise ValueError(f"epochs must be >= 0, got {self.epochs}")
+        if self.negatives < 1:
+            raise ValueError(f"negatives must be >= 1, got {self.negatives}")
+        if self.batch_size < 1:
+            raise ValueError(f"batch size must be >= 1, got {self.batch_size}")
+        if self.init not in ("hierarchical", "random"):
+            raise ValueError(f"init must be 'hierarchical' or 'random', got {self.init!r}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be positive, got {self.lr}")
+
+
+@dataclass
+class LabelEmbedding:
+    """Trained label embeddings: points of the Poincaré ball of one curvature."""
+
+    taxonomy: Taxonomy
+    embeddings: torch.Tensor  # (n, dim) float64, row i is taxonomy.names[i]
+    curvature: float
+    config: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    epoch: int = 0  # epochs done (for resuming)
+    version: str = ""
+
+    @property
+    def names(self) -> list[str]:
+        return self.taxonomy.names
+
+    @property
+    def dim(self) -> int:
+        return int(self.embeddings.shape[1])
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return self.embeddings[self.taxonomy.index(name)]
+
+    # ---------------------------------------------------------------- io
+    def tensors_and_meta(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        edges = torch.from_numpy(self.taxonomy.direct_edges())
+        tensors = {
+            "embeddings": self.embeddings.to(torch.float64),
+            "names": encode_strings(self.taxonomy.names),
+            "edges": edges,
+        }
+        meta = {
+            "curvature": self.curvature,
+            "dim": self.dim,
+            "nodes": len(self.taxonomy),
+            "config": self.config,
+            "metrics": self.metrics,
+            "epoch": self.epoch,
+        }
+        return tensors, meta
+
+    def save(self, path: str | os.PathLike) -> str:
+        tensors, meta = self.tensors_and_meta()
+        self.version = save_checkpoint(path, KIND, tensors, meta)
+        return self.version
+
+    @classmethod
+    def from_tensors(cls, tensors: dict[str, torch.Tensor], meta: dict[str, Any], where: str):
+        try:
+            names = decode_strings(tensors["names"])
+            edges = tensors["edges"].numpy()
+            emb = tensors["embeddings"]
+        except KeyError as e:
+            raise CheckpointError(f"{where}: label checkpoint lacks {e.args[0]!r}") from None
+        if emb.ndim != 2 or emb.shape[0] != len(names):
+            raise CheckpointError(f"{where}: embeddings do not match the {len(names)} names")
+        taxonomy = Taxonomy.from_edges(
+            ((names[c], names[p]) for c, p in edges.tolist()), nodes=names
+        )
+        if taxonomy.names != names:
+            raise CheckpointError(f"{where}: taxonomy in the checkpoint is inconsistent")
+        return cls(
+            taxonomy=taxonomy,
+            embeddings=emb.to(torch.float64),
+            curvature=float(meta["curvature"]),
+            config=meta.get("config", {}),
+            metrics=meta.get("metrics", {}),
+            epoch=int(meta.get("epoch", 0)),
+        )
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> LabelEmbedding:
+        tensors, meta, version = load_checkpoint(path, kind=KIND)
+        emb = cls.from_tensors(tensors, meta, str(path))
+        emb.version = version
+        return emb
+
+    def export_tsv(self, path: str | os.PathLike) -> None:
+        """``# curvature=<c> dim=<d>`` then ``name<TAB>x1…xd`` per node (17 significant digits)."""
+        from ..checkpoint import atomic_write_bytes
+
+        lines = [f"# curvature={self.curvature!r} dim={self.dim}"]
+        emb = self.embeddings.numpy()
+        for name, row in zip(self.taxonomy.names, emb, strict=True):
+            lines.append(name + "\t" + "\t".join(repr(float(v)) for v in row))
+        atomic_write_bytes(path, ("\n".join(lines) + "\n").encode("utf-8"))
+
+
+def is_finished(emb: LabelEmbedding) -> bool:
+    return bool(emb.metrics.get("finished"))
+
+
+def load_labels(path: str | os.PathLike) -> LabelEmbedding:
+    return LabelEmbedding.load(Path(path))
