@@ -112,6 +112,7 @@ def cmd_labels_train(args: argparse.Namespace) -> int:
         cone_weight=args.cone_weight,
         cone_K=args.cone_k,
         leaf_spread=args.leaf_spread,
+        init=args.init,
     )
     try:
         cfg.validate()
@@ -147,14 +148,14 @@ def cmd_labels_train(args: argparse.Namespace) -> int:
         lambda r: (
             f"trained {r['nodes']} labels ({r['edges']} closure edges), dim {r['dim']}, "
             f"curvature {r['curvature']:g}, {r['epochs']} epochs in {r['train_seconds']:.1f} s "
-            f"(loss {r['loss']:.4f}); wrote {r['out']}"
+            f"(loss {r['loss'] or 0:.4f}); wrote {r['out']}"
         ),
     )
     return 0
 
 
 def cmd_labels_eval(args: argparse.Namespace) -> int:
-    from models.labels import LabelEmbedding, evaluate_cones, evaluate_reconstruction
+    from models.labels import LabelEmbedding, evaluate_cone_protocol, evaluate_cones, evaluate_reconstruction
 
     emb = LabelEmbedding.load(args.labels)
     tax = _load_taxonomy(args.taxonomy) if args.taxonomy else emb.taxonomy
@@ -166,7 +167,7 @@ def cmd_labels_eval(args: argparse.Namespace) -> int:
         )
     result = evaluate_reconstruction(emb, tax, sample=args.sample, progress=not args.quiet)
     if not args.no_cones:
-        result |= evaluate_cones(emb, tax, progress=not args.quiet)
+        result |= evaluate_cones(emb, tax, progress=not args.quiet) | evaluate_cone_protocol(emb, tax)
     _emit(
         args,
         result,
@@ -457,6 +458,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--cone-epochs", type=_nonneg_int, default=0, help="epochs of the entailment-cone stage")
     tr.add_argument("--cone-weight", type=_nonneg_float, default=0.0, help="cone loss added to each step")
     tr.add_argument("--cone-k", type=_positive_float, default=0.1, help="cone aperture constant K")
+    tr.add_argument("--init", choices=["cap", "hierarchical", "random"], default="cap", help="cap: nested cones by construction (default); hierarchical/random: the start of N&K training")
     tr.add_argument("--leaf-spread", type=_nonneg_float, default=0.0, help="weight of leaf spreading (Long et al. 2020)")
     tr.add_argument("--restart", action="store_true", help="ignore an unfinished OUT.partial")
     common(tr)

@@ -222,7 +222,7 @@ def evaluate_cones(
         "cone_recall": recall,
         "cone_f1": f1,
         "cone_family": spec["family"],
-        "cone": cones.format_cone(spec),
+        "cone": cones.format_cone(spec).removeprefix("cone="),
         "cone_tol": tol,
         "cone_apexes": int(len(apexes)),
         "cone_positives": int(n_pos),
