@@ -155,7 +155,8 @@ def cmd_labels_train(args: argparse.Namespace) -> int:
 
 
 def cmd_labels_eval(args: argparse.Namespace) -> int:
-    from models.labels import LabelEmbedding, evaluate_cone_protocol, evaluate_cones, evaluate_reconstruction
+    from models.labels import LabelEmbedding, evaluate_cones, evaluate_reconstruction
+    from models.labels import evaluate_cone_protocol
 
     emb = LabelEmbedding.load(args.labels)
     tax = _load_taxonomy(args.taxonomy) if args.taxonomy else emb.taxonomy
@@ -167,7 +168,8 @@ def cmd_labels_eval(args: argparse.Namespace) -> int:
         )
     result = evaluate_reconstruction(emb, tax, sample=args.sample, progress=not args.quiet)
     if not args.no_cones:
-        result |= evaluate_cones(emb, tax, progress=not args.quiet) | evaluate_cone_protocol(emb, tax)
+        result |= evaluate_cones(emb, tax, progress=not args.quiet)
+        result |= evaluate_cone_protocol(emb, tax)
     _emit(
         args,
         result,
@@ -458,7 +460,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--cone-epochs", type=_nonneg_int, default=0, help="epochs of the entailment-cone stage")
     tr.add_argument("--cone-weight", type=_nonneg_float, default=0.0, help="cone loss added to each step")
     tr.add_argument("--cone-k", type=_positive_float, default=0.1, help="cone aperture constant K")
-    tr.add_argument("--init", choices=["cap", "hierarchical", "random"], default="cap", help="cap: nested cones by construction (default); hierarchical/random: the start of N&K training")
+    tr.add_argument("--init", choices=["cap", "hierarchical", "random"], default="cap",
+                    help="cap: nested cones by construction; else the start of N&K training")
     tr.add_argument("--leaf-spread", type=_nonneg_float, default=0.0, help="weight of leaf spreading (Long et al. 2020)")
     tr.add_argument("--restart", action="store_true", help="ignore an unfinished OUT.partial")
     common(tr)
