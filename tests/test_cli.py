@@ -93,7 +93,7 @@ def test_labels_train_eval_export(capsys, mammal_files, tmp_path):
     rc, _, _ = run(capsys, "labels", "export", str(labels), "--out", str(out))
     assert rc == 0
     lines = out.read_text().splitlines()
-    assert lines[0] == "# curvature=1.0 dim=10"
+    assert lines[0] == "# curvature=1.0 dim=10 cone=cap theta0=2.5 beta=0.5"
     name, *coords = lines[1].split("\t")
     assert name.endswith(".n.01") or ".n." in name
     assert len(coords) == 10

@@ -179,3 +179,94 @@ def test_cone_energy_gradient_flows_to_both_points():
     cones.cone_energy(x, y, c=1.0).sum().backward()
     assert torch.isfinite(x.grad).all() and torch.isfinite(y.grad).all()
     assert x.grad.abs().sum() > 0 and y.grad.abs().sum() > 0
+
+
+# ------------------------------------------------------------------ cone families
+
+CAP = {"family": "cap", "theta0": 2.5, "beta": 0.5}
+
+
+def _at_radius(u, rho, c):
+    return u * (math.tanh(rho / 2) / math.sqrt(c))
+
+
+@pytest.mark.parametrize("c", CURVATURES)
+def test_cap_margin_against_mpmath_and_numpy_twin_up_to_the_boundary(c):
+    import mpmath
+    import numpy as np
+
+    mpmath.mp.dps = 60
+    u = _unit(12, 5, 3)
+    rho = torch.tensor([0.0, 0.5, 3.0, 10.0, 20.0, 30.0, 34.0, 1.0, 7.0, 15.0, 25.0, 2.0])
+    x = u * (torch.tanh(rho.double() / 2) / math.sqrt(c))[:, None]
+    x[0] = 0.0
+    y = torch.roll(x, 1, 0) * 0.999 + 1e-9 * u
+    got = cones.membership_margin(x, y, CAP, c=c)
+    twin = cones.membership_margin_np(x.numpy(), y.numpy(), CAP, c=c)
+    assert torch.isfinite(got).all() and np.isfinite(twin).all()
+    for i in range(len(x)):
+        xs = [mpmath.mpf(float(v)) for v in x[i]]
+        ys = [mpmath.mpf(float(v)) for v in y[i]]
+
+        def theta(p):
+            t = mpmath.sqrt(c) * mpmath.sqrt(sum(v * v for v in p))
+            return min(mpmath.pi, 2.5 * mpmath.sqrt((1 - t) / (1 + t)))
+
+        nx, ny = mpmath.sqrt(sum(v * v for v in xs)), mpmath.sqrt(sum(v * v for v in ys))
+        if nx == 0 or ny == 0:
+            ang = 0
+        else:
+            d = mpmath.sqrt(sum((a / nx - b / ny) ** 2 for a, b in zip(xs, ys, strict=True)))
+            ang = 2 * mpmath.asin(d / 2)
+        want = float(theta(xs) - ang - theta(ys))
+        assert abs(float(got[i]) - want) <= 1e-12 * max(1.0, abs(want))
+        assert abs(float(twin[i]) - want) <= 1e-12 * max(1.0, abs(want))
+
+
+def test_cap_nesting_is_exact_for_tiny_caps():
+    # a chain of caps at radius 30, each inside the last by a tiny margin
+    u = _unit(1, 4, 0)[0]
+    v = _unit(1, 4, 1)[0]
+    v = v - (v @ u) * u
+    v = v / v.norm()
+    x = _at_radius(u, 30.0, 1.0)
+    th = float(cones.cap_aperture(x, c=1.0, **{"theta0": 2.5, "beta": 0.5}))
+    for rho, frac, inside in [(31.0, 0.3, True), (31.0, 0.5, False)]:
+        ang = frac * th
+        w = math.cos(ang) * u + math.sin(ang) * v
+        y = _at_radius(w, rho, 1.0)
+        # y's cap is e^(-1/2) = 0.607 of x's: inside iff 0.607 + frac <= 1
+        assert bool(cones.contains(x, y, CAP, c=1.0)) is inside
+
+
+def test_pairwise_membership_matches_broadcast_for_both_families():
+    x = _unit(7, 4, 5) * 0.9
+    y = _unit(9, 4, 6) * torch.linspace(0.0, 0.99, 9, dtype=torch.float64)[:, None]
+    for spec in (CAP, {"family": "ganea", "K": 0.1}):
+        pw = cones.pairwise_membership_margin(x, y, spec, c=1.0, block=40)
+        bc = cones.membership_margin(x[:, None, :], y[None, :, :], spec, c=1.0)
+        torch.testing.assert_close(pw, bc, rtol=0, atol=1e-12)
+        twin = cones.membership_margin_np(x[:, None, :].numpy(), y[None, :, :].numpy(), spec, c=1.0)
+        torch.testing.assert_close(torch.from_numpy(twin), bc, rtol=0, atol=1e-12)
+
+
+def test_cone_spec_format_and_parse():
+    assert cones.format_cone(CAP) == "cone=cap theta0=2.5 beta=0.5"
+    assert cones.parse_cone("# curvature=1.0 dim=10 cone=cap theta0=2.5 beta=0.5") == CAP
+    assert cones.parse_cone(["cone=ganea"]) == {"family": "ganea", "K": 0.1}
+    for bad in ({"family": "cone"}, {"family": "cap", "theta0": 4.0}, {"family": "ganea", "x": 1}):
+        with pytest.raises(ValueError):
+            cones.cone_spec(**bad)
+    with pytest.raises(ValueError):
+        cones.parse_cone("# curvature=1.0 dim=10")
+
+
+def test_cap_margin_gradient_is_finite_at_the_origin_and_equal_points():
+    x = torch.zeros(2, 3, dtype=torch.float64, requires_grad=True)
+    y = torch.tensor([[0.3, 0.1, 0.0], [0.0, 0.0, 0.0]], dtype=torch.float64, requires_grad=True)
+    cones.membership_margin(x, y, CAP, c=1.0).sum().backward()
+    assert torch.isfinite(x.grad).all() and torch.isfinite(y.grad).all()
+    z = torch.tensor([[0.5, 0.2, 0.1]], dtype=torch.float64, requires_grad=True)
+    m = cones.membership_margin(z, z, CAP, c=1.0)
+    m.sum().backward()
+    assert float(m.detach()) == 0.0 and torch.isfinite(z.grad).all()

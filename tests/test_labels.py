@@ -46,7 +46,7 @@ def mammals() -> Taxonomy:
 
 @pytest.fixture(scope="module")
 def mammal_embedding(mammals) -> LabelEmbedding:
-    return train_labels(mammals, LabelTrainConfig(epochs=12, burnin=2, seed=3))
+    return train_labels(mammals, LabelTrainConfig(epochs=12, burnin=2, seed=3, init="hierarchical"))
 
 
 # ------------------------------------------------------------------ evaluation
@@ -166,7 +166,9 @@ def test_training_is_reproducible():
     cfg = LabelTrainConfig(dim=4, epochs=4, burnin=1, batch_size=16, negatives=5, seed=7)
     a = train_labels(tax, cfg).embeddings
     b = train_labels(tax, cfg).embeddings
-    c = train_labels(tax, LabelTrainConfig(dim=4, epochs=4, burnin=1, batch_size=16, negatives=5, seed=8)).embeddings
+    c = train_labels(
+        tax, LabelTrainConfig(dim=4, epochs=4, burnin=1, batch_size=16, negatives=5, seed=8)
+    ).embeddings
     assert torch.equal(a, b)
     assert not torch.equal(a, c)
 
@@ -201,9 +203,11 @@ def test_resume_refuses_other_options(tmp_path):
 
 def test_leaf_spread_pushes_leaves_apart():
     tax = small_tree()
-    base = dict(dim=3, epochs=8, burnin=1, batch_size=8, negatives=5, seed=0)
+    base = dict(dim=3, epochs=8, burnin=1, batch_size=8, negatives=5, seed=0, init="hierarchical")
     plain = train_labels(tax, LabelTrainConfig(**base)).embeddings
-    spread = train_labels(tax, LabelTrainConfig(**base, leaf_spread=1.0, leaf_margin=6.0)).embeddings
+    spread = train_labels(
+        tax, LabelTrainConfig(**base, leaf_spread=1.0, leaf_margin=6.0)
+    ).embeddings
     from models.geometry import poincare
 
     leaves = torch.tensor([tax.index(x) for x in tax.leaves()])
@@ -217,7 +221,7 @@ def test_leaf_spread_pushes_leaves_apart():
 
 def test_cone_stage_lowers_edge_energies():
     tax = small_tree()
-    base = dict(dim=3, epochs=6, burnin=1, batch_size=16, negatives=10, seed=0)
+    base = dict(dim=3, epochs=6, burnin=1, batch_size=16, negatives=10, seed=0, init="hierarchical")
     before = train_labels(tax, LabelTrainConfig(**base))
     after = train_labels(tax, LabelTrainConfig(**base, cone_epochs=20, cone_lr=0.05))
     e = torch.from_numpy(tax.closure_edges())
@@ -314,8 +318,128 @@ def test_export_tsv(tmp_path):
     out = tmp_path / "labels.tsv"
     emb.export_tsv(out)
     lines = out.read_text().splitlines()
-    assert lines[0] == "# curvature=2.0 dim=3"
+    assert lines[0] == "# curvature=2.0 dim=3 cone=ganea K=0.1"
     assert len(lines) == len(tax) + 1
     rows = {ln.split("\t")[0]: np.array([float(v) for v in ln.split("\t")[1:]]) for ln in lines[1:]}
     for name in tax.names:
         np.testing.assert_array_equal(rows[name], emb[name].numpy())
+
+
+# ------------------------------------------------------------------ cap cones
+
+
+def hand_tree() -> Taxonomy:
+    """A hand-made tree (no second parents): 4 levels, uneven branching."""
+    edges = [("animal", "thing"), ("plant", "thing"), ("rock", "thing")]
+    edges += [(f"mammal{i}", "animal") for i in range(5)] + [("bird", "animal")]
+    edges += [(f"dog{i}", "mammal0") for i in range(7)] + [("cat", "mammal1")]
+    edges += [("puppy", "dog0"), ("tree", "plant"), ("oak", "tree"), ("pine", "tree")]
+    return Taxonomy.from_edges(edges)
+
+
+def _read_export(path):
+    """The exported file parsed here, by hand: header fields, names, coordinates."""
+    lines = path.read_text().splitlines()
+    header = dict(f.split("=", 1) for f in lines[0].lstrip("# ").split())
+    names, rows = [], []
+    for ln in lines[1:]:
+        name, *xs = ln.split("\t")
+        names.append(name)
+        rows.append([float(v) for v in xs])
+    return header, names, rows
+
+
+def _brute_contains(header, x, y) -> tuple[bool, float]:
+    """y in the cone of x by the README's cap formula, in mpmath (50 digits); and the margin."""
+    import mpmath
+
+    mpmath.mp.dps = 50
+    c = mpmath.mpf(header["curvature"])
+    theta0, beta = mpmath.mpf(header["theta0"]), mpmath.mpf(header["beta"])
+
+    def theta(p):
+        t = mpmath.sqrt(c) * mpmath.sqrt(sum(mpmath.mpf(v) ** 2 for v in p))
+        return min(mpmath.pi, theta0 * mpmath.exp(-beta * 2 * mpmath.atanh(t)))
+
+    nx = mpmath.sqrt(sum(mpmath.mpf(v) ** 2 for v in x))
+    ny = mpmath.sqrt(sum(mpmath.mpf(v) ** 2 for v in y))
+    if nx == 0 or ny == 0:
+        angle = mpmath.mpf(0)
+    else:
+        cos = sum(mpmath.mpf(a) * mpmath.mpf(b) for a, b in zip(x, y, strict=True)) / (nx * ny)
+        angle = mpmath.acos(max(-1, min(1, cos)))
+    m = theta(x) - angle - theta(y)
+    return m >= 0, float(m)
+
+
+def test_cap_cones_of_a_hand_made_tree_nest_exactly():
+    from models.labels import evaluate_cone_protocol
+
+    tax = hand_tree()
+    emb = train_labels(tax, LabelTrainConfig(dim=5))
+    assert emb.cone == {"family": "cap", "theta0": 2.5, "beta": 0.5}
+    assert emb.epoch == 0 and emb.metrics["finished"]
+    m = evaluate_cones(emb)
+    assert m["cone_precision"] == 1.0 and m["cone_recall"] == 1.0
+    assert m["cone_positives"] == len(tax.closure_edges()) and m["cone_false_positives"] == 0
+    assert evaluate_cone_protocol(emb)["protocol_f1"] == 1.0
+    rec = evaluate_reconstruction(emb)
+    assert rec["map"] == 1.0 and rec["mean_rank"] == 1.0
+
+
+def test_exported_cap_cones_match_a_brute_force_of_the_formula(tmp_path):
+    tax = small_tree()  # a0_0 has a second parent
+    emb = train_labels(tax, LabelTrainConfig(dim=4, curvature=2.0))
+    out = tmp_path / "labels.tsv"
+    emb.export_tsv(out)
+    header, names, rows = _read_export(out)
+    assert header["cone"] == "cap" and float(header["curvature"]) == 2.0
+    closure = {(tax.names[v], tax.names[u]) for u, v in tax.closure_edges().tolist()}
+    tp = fp = 0
+    x = torch.tensor(rows, dtype=torch.float64)
+    ours = cones.pairwise_membership_margin(x, x, emb.cone, c=2.0)
+    for i, a in enumerate(names):
+        for j, b in enumerate(names):
+            if i == j:
+                continue
+            inside, margin = _brute_contains(header, rows[i], rows[j])
+            assert abs(float(ours[i, j]) - margin) < 1e-9
+            tp += inside and (a, b) in closure
+            fp += inside and (a, b) not in closure
+    m = evaluate_cones(emb)
+    assert (m["cone_true_positives"], m["cone_false_positives"]) == (tp, fp)
+    # every closure pair but those through the second parent only: b's cap, b's ancestors
+    lost = emb.metrics["construction"]["pairs_off_tree"]
+    assert lost >= 1 and tp == len(closure) - lost and fp == 0
+    # the sampled estimate: positives exact, no false positives to find
+    s = evaluate_cones(emb, max_pairs=0, negative_sample=5000)
+    assert s["cone_recall"] == m["cone_recall"] and s["cone_false_positives"] == 0
+    assert s["cone_negatives_sampled"] == 5000
+
+
+def test_cone_family_survives_the_checkpoint_and_old_ones_are_ganea(tmp_path):
+    tax = hand_tree()
+    emb = train_labels(tax, LabelTrainConfig(dim=3, cone_theta0=2.0))
+    emb.save(tmp_path / "a")
+    assert LabelEmbedding.load(tmp_path / "a").cone == {"family": "cap", "theta0": 2.0, "beta": 0.5}
+    tensors, meta = emb.tensors_and_meta()
+    del meta["cone"]
+    meta["config"]["cone_K"] = 0.3
+    save_checkpoint(tmp_path / "b", "labels", tensors, meta)
+    assert LabelEmbedding.load(tmp_path / "b").cone == {"family": "ganea", "K": 0.3}
+    meta["cone"] = {"family": "cap", "theta0": 9.0}
+    save_checkpoint(tmp_path / "c", "labels", tensors, meta)
+    with pytest.raises(CheckpointError, match="cone"):
+        LabelEmbedding.load(tmp_path / "c")
+    with pytest.raises(ValueError, match="cone stage"):
+        LabelTrainConfig(cone_epochs=3).validate()
+
+
+def test_tree_parent_keeps_the_most_ancestors():
+    from models.labels.construct import tree_parents
+
+    tax = Taxonomy.from_edges(
+        [("a", "r"), ("b", "a"), ("c", "b"), ("x", "r"), ("leaf", "x"), ("leaf", "c")]
+    )
+    parent, _ = tree_parents(tax)
+    assert tax.names[parent[tax.index("leaf")]] == "c"  # 4 ancestors that way, 2 the other

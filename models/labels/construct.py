@@ -131,7 +131,7 @@ def _min_angle(code: np.ndarray) -> float:
 
 
 def _ratio(gamma: float, theta_p: float, separation: float, margin: float) -> float:
-    """Largest child/parent cap ratio ``r`` for children whose tangent directions are ``gamma`` apart."""
+    """Largest child/parent cap ratio ``r`` for children with tangent directions ``gamma`` apart."""
 
     def ok(r: float) -> bool:
         a = 1 - r * (1 + margin)

@@ -3,7 +3,10 @@ r"""Label embeddings: the training options and the trained points, with their ch
 :class:`LabelTrainConfig` holds every option of :func:`models.labels.train_labels`;
 :class:`LabelEmbedding` is the result (one point of the Poincaré ball per
 taxonomy node), saved and loaded as a ``labels`` checkpoint and exported as
-text (``# curvature=<c> dim=<d>`` then one ``name<TAB>x1…xd`` line per node).
+text (``# curvature=<c> dim=<d> cone=<family> <param>=<value>…`` then one
+``name<TAB>x1…xd`` line per node). The cone family and its parameters travel
+in the checkpoint's metadata (``cone``); checkpoints without it are Ganea
+cones of their ``cone_K``.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from ..checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
+from ..geometry import cones
 from ..taxonomy import Taxonomy
 
 __all__ = ["KIND", "LabelEmbedding", "LabelTrainConfig", "is_finished", "load_labels"]
@@ -44,10 +48,18 @@ class LabelTrainConfig:
     burnin: int = 5  # epochs at lr * burnin_factor with degree-weighted negatives
     burnin_factor: float = 0.1
     batch_size: int = 1024
-    init: str = "hierarchical"  # or "random" (uniform in a tiny ball, as the paper)
+    # "cap": the cap construction (models.labels.construct), cones that nest by
+    # construction; "hierarchical": points by depth in the parent's direction;
+    # "random": uniform in a tiny ball, as the paper
+    init: str = "cap"
     init_step: float = 1.5  # hyperbolic radius added per level of depth
     init_spread: float = 1.5  # angular spread of the children of a depth-1 node
     init_decay: float = 0.5  # spread factor per further level
+    cone_theta0: float = 2.5  # cap family: theta(x) = theta0 exp(-beta rho(x))
+    cone_beta: float = 0.5
+    cap_separation: float = 1.1  # sibling caps at least this factor apart
+    cap_margin: float = 0.02  # children's caps this share inside the parent's
+    cap_min_step: float = 1.0  # smallest radius of the root's children
     cone_epochs: int = 0
     cone_weight: float = 0.0  # weight of the cone loss added to every N&K step; 0: off
     cone_negatives: int = 10
@@ -61,8 +73,16 @@ class LabelTrainConfig:
     def resolved_epochs(self, n_edges: int) -> int:
         if self.epochs is not None:
             return self.epochs
+        if self.init == "cap":  # the construction is the result
+            return 0
         # about 1.5 million edge visits for small taxonomies, fewer passes over big ones
         return int(min(200, max(10, round(1.3e6 / max(n_edges, 1)))))
+
+    def cone_spec(self) -> dict[str, Any]:
+        """The cone family the result is measured with: caps for the cap init, else Ganea's."""
+        if self.init == "cap":
+            return {"family": "cap", "theta0": self.cone_theta0, "beta": self.cone_beta}
+        return {"family": "ganea", "K": self.cone_K}
 
     def validate(self) -> None:
         if self.dim < 2:
@@ -75,8 +95,16 @@ class LabelTrainConfig:
             raise ValueError(f"negatives must be >= 1, got {self.negatives}")
         if self.batch_size < 1:
             raise ValueError(f"batch size must be >= 1, got {self.batch_size}")
-        if self.init not in ("hierarchical", "random"):
-            raise ValueError(f"init must be 'hierarchical' or 'random', got {self.init!r}")
+        if self.init not in ("cap", "hierarchical", "random"):
+            raise ValueError(f"init must be 'cap', 'hierarchical' or 'random', got {self.init!r}")
+        if self.init == "cap" and (self.cone_epochs > 0 or self.cone_weight > 0):
+            raise ValueError(
+                "the cone stage (cone_epochs, cone_weight) trains Ganea cones: "
+                "use init 'hierarchical' with it (the cap init's cones nest by construction)"
+            )
+        if not self.cap_separation >= 1:
+            raise ValueError(f"cap_separation must be >= 1, got {self.cap_separation}")
+        cones.cone_spec(**self.cone_spec())
         if not self.lr > 0:
             raise ValueError(f"lr must be positive, got {self.lr}")
 
@@ -92,6 +120,8 @@ class LabelEmbedding:
     metrics: dict[str, Any] = field(default_factory=dict)
     epoch: int = 0  # epochs done (for resuming)
     version: str = ""
+    # the cone family and its parameters (models.geometry.cones.cone_spec)
+    cone: dict[str, Any] = field(default_factory=lambda: cones.cone_spec("ganea"))
 
     @property
     def names(self) -> list[str]:
@@ -119,6 +149,7 @@ class LabelEmbedding:
             "config": self.config,
             "metrics": self.metrics,
             "epoch": self.epoch,
+            "cone": self.cone,
         }
         return tensors, meta
 
@@ -142,13 +173,21 @@ class LabelEmbedding:
         )
         if taxonomy.names != names:
             raise CheckpointError(f"{where}: taxonomy in the checkpoint is inconsistent")
+        config = meta.get("config", {})
+        # checkpoints from before the cone field: Ganea cones of the trained K
+        cone = meta.get("cone") or {"family": "ganea", "K": config.get("cone_K", 0.1)}
+        try:
+            cone = cones.cone_spec(**cone)
+        except (TypeError, ValueError) as e:
+            raise CheckpointError(f"{where}: bad cone description {cone!r} ({e})") from None
         return cls(
             taxonomy=taxonomy,
             embeddings=emb.to(torch.float64),
             curvature=float(meta["curvature"]),
-            config=meta.get("config", {}),
+            config=config,
             metrics=meta.get("metrics", {}),
             epoch=int(meta.get("epoch", 0)),
+            cone=cone,
         )
 
     @classmethod
@@ -159,10 +198,11 @@ class LabelEmbedding:
         return emb
 
     def export_tsv(self, path: str | os.PathLike) -> None:
-        """``# curvature=<c> dim=<d>`` then ``name<TAB>x1…xd`` per node (17 significant digits)."""
+        """``# curvature=<c> dim=<d> cone=<family> <param>=<value>…`` then
+        ``name<TAB>x1…xd`` per node (17 significant digits)."""
         from ..checkpoint import atomic_write_bytes
 
-        lines = [f"# curvature={self.curvature!r} dim={self.dim}"]
+        lines = [f"# curvature={self.curvature!r} dim={self.dim} {cones.format_cone(self.cone)}"]
         emb = self.embeddings.numpy()
         for name, row in zip(self.taxonomy.names, emb, strict=True):
             lines.append(name + "\t" + "\t".join(repr(float(v)) for v in row))

@@ -34,6 +34,7 @@ from ..geometry import cones, poincare
 from ..geometry.sparse import dist_and_grad, fast_gap
 from ..taxonomy import Taxonomy
 from ._progress import _Progress
+from .construct import cap_construction
 from .embedding import LabelEmbedding, LabelTrainConfig
 from .start import hierarchical_start
 
@@ -246,6 +247,7 @@ def train_labels(
     on the seed and ``k``, so a resumed run ends where an uninterrupted one
     would.
     """
+    t0 = time.perf_counter()
     cfg = config or LabelTrainConfig()
     cfg.validate()
     torch_threads = torch.get_num_threads()
@@ -258,6 +260,7 @@ def train_labels(
     total_epochs = nk_epochs + cfg.cone_epochs
     cfg_dict = dataclasses.asdict(cfg) | {"epochs": nk_epochs}
 
+    construction: dict[str, Any] = {}
     if resume is not None:
         if resume.taxonomy != taxonomy:
             raise ValueError("cannot resume: the checkpoint was trained on another taxonomy")
@@ -267,7 +270,21 @@ def train_labels(
         start = resume.epoch
     else:
         start = 0
-        if cfg.init == "hierarchical":
+        if cfg.init == "cap":
+            placed = cap_construction(
+                taxonomy,
+                cfg.dim,
+                curvature=cfg.curvature,
+                theta0=cfg.cone_theta0,
+                beta=cfg.cone_beta,
+                separation=cfg.cap_separation,
+                margin=cfg.cap_margin,
+                min_step=cfg.cap_min_step,
+                seed=cfg.seed,
+            )
+            theta = placed.points
+            construction = placed.info
+        elif cfg.init == "hierarchical":
             theta = hierarchical_start(
                 taxonomy,
                 cfg.dim,
@@ -290,8 +307,12 @@ def train_labels(
     bar = _Progress(len(edges) * (total_epochs - start), progress, "labels")
     if cfg.leaf_spread > 0:
         bar.leaves = torch.tensor([taxonomy.index(x) for x in taxonomy.leaves()])
-    emb = LabelEmbedding(taxonomy, theta, cfg.curvature, config=cfg_dict, epoch=start)
-    t0 = time.perf_counter()
+    emb = LabelEmbedding(
+        taxonomy, theta, cfg.curvature, config=cfg_dict, epoch=start, cone=cfg.cone_spec()
+    )
+    emb.metrics = dict(resume.metrics) if resume is not None else {"loss": None}
+    if construction:
+        emb.metrics["construction"] = construction
     cone_state: dict[str, Any] = {}
     try:
         for epoch in range(start, total_epochs):
@@ -306,7 +327,7 @@ def train_labels(
                 raise FloatingPointError(f"training diverged at epoch {epoch + 1} (non-finite)")
             bar.post(epoch=epoch + 1, loss=f"{loss:.4f}")
             emb.epoch = epoch + 1
-            emb.metrics = {"loss": loss, "train_seconds": time.perf_counter() - t0}
+            emb.metrics |= {"loss": loss, "train_seconds": time.perf_counter() - t0}
             if checkpoint_path is not None and (
                 (epoch + 1) % save_every == 0 or epoch + 1 == total_epochs
             ):
@@ -316,6 +337,7 @@ def train_labels(
     finally:
         bar.close()
         torch.set_num_threads(torch_threads)
+    emb.metrics.setdefault("train_seconds", time.perf_counter() - t0)
     emb.metrics["finished"] = True
     if checkpoint_path is not None:
         emb.save(checkpoint_path)

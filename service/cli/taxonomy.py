@@ -74,6 +74,7 @@ _LABEL_TRAIN_FIELDS = (
     "cone_epochs",
     "cone_weight",
     "leaf_spread",
+    "init",
 )
 
 
@@ -116,11 +117,16 @@ def cmd_labels_train(args: argparse.Namespace) -> int:
         "version": emb.version,
     }
 
-    return emit(args, result, _TRAINED.format_map)
+    return emit(args, result, lambda r: _TRAINED.format_map({**r, "loss": r["loss"] or 0.0}))
 
 
 def cmd_labels_eval(args: argparse.Namespace) -> int:
-    from models.labels import LabelEmbedding, evaluate_cones, evaluate_reconstruction
+    from models.labels import (
+        LabelEmbedding,
+        evaluate_cone_protocol,
+        evaluate_cones,
+        evaluate_reconstruction,
+    )
 
     emb = LabelEmbedding.load(args.labels)
     tax = load_taxonomy(args.taxonomy) if args.taxonomy else emb.taxonomy
@@ -133,6 +139,7 @@ def cmd_labels_eval(args: argparse.Namespace) -> int:
     result = evaluate_reconstruction(emb, tax, sample=args.sample, progress=not args.quiet)
     if not args.no_cones:
         result |= evaluate_cones(emb, tax, progress=not args.quiet)
+        result |= evaluate_cone_protocol(emb, tax)
 
     def human(r: dict) -> str:
         return " ".join(
@@ -192,6 +199,12 @@ def add_commands(sub) -> None:
         "--cone-weight", type=nonneg_float, default=0.0, help="cone loss added to each step"
     )
     tr.add_argument("--cone-k", type=positive_float, default=0.1, help="cone aperture constant K")
+    tr.add_argument(
+        "--init",
+        choices=["cap", "hierarchical", "random"],
+        default="cap",
+        help="cap: nested cones by construction; else the start of N&K training",
+    )
     tr.add_argument(
         "--leaf-spread",
         type=nonneg_float,
