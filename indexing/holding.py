@@ -47,7 +47,9 @@ def load_cones(store: Store) -> LabelCones | None:
         spec = json.loads(meta["cones_spec"])
         return LabelCones.from_records(store.load_cones(), curvature=curvature, spec=spec)
     # stores from before the cone family: Ganea cones of their K
-    return LabelCones.from_records(store.load_cones(), curvature=curvature, K=float(meta["cones_K"]))
+    return LabelCones.from_records(
+        store.load_cones(), curvature=curvature, K=float(meta["cones_K"])
+    )
 
 
 def save_cones(store: Store, cones: LabelCones | None) -> bool:

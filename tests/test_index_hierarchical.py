@@ -8,7 +8,6 @@ import torch
 
 from indexing import HierarchicalHit, HyperbolicIndex, IndexInputError, LabelCones
 from models.geometry import cones as mcones
-from models.geometry import poincare
 
 from .test_index_common import exact_dist
 
