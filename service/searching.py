@@ -123,14 +123,8 @@ def query_of(req: SearchIn | ImageSearchParams, settings) -> Query:
     settings (a 422 before any work). For a picture, the caller sets ``point`` and
     ``point_label`` once the picture is embedded."""
     check_window(req.k, req.offset, settings)
-    q = Query(
-        k=req.k,
-        offset=req.offset,
-        mode=req.mode,
-        under=req.under,
-        per_level=req.per_level,
-        levels=req.levels,
-    )
+    q = Query(k=req.k, offset=req.offset, mode=req.mode, under=req.under)
+    q.per_level, q.levels = req.per_level, req.levels
     if isinstance(req, SearchIn):
         q.vector, q.label, q.item_id = req.vector, req.label, req.id
     return q

@@ -234,3 +234,18 @@ def test_holders_survive_a_restart(tmp_path, items):
     hits = rt.index.search_hierarchical(POINTS["coat"], rt.chain("coat", "cone"), rt.cones.held_by)
     assert hits and hits[0].level == 0
     rt.close()
+
+
+def test_cone_and_taxonomy_levels_agree_on_well_labelled_items(tmp_path, items):
+    from service.crosscheck import level_agreement
+
+    good = {i: v for i, v in items.items() if v[1] == i.split("-")[0]}
+    rt = _open(tmp_path / "good", good)
+    got = level_agreement(rt)
+    assert got["agreement"] == 1.0 and got["holder_agreement"] == 1.0
+    assert got["pairs"] == got["queries"] * len(good)
+    rt.close()
+    rt = _open(tmp_path / "all", items)  # a third of the labels are another node's
+    got = level_agreement(rt)
+    assert 0.5 < got["agreement"] < 1.0 and got["holder_agreement"] < 1.0
+    rt.close()
