@@ -1,28 +1,35 @@
-"""Entailment cones of label prototypes: the *holding label* of an item.
+"""Entailment cones of label points: the *holding label* of an item.
 
-Given label prototypes (the label embeddings, points of the ball), the
-taxonomy's parent function, the curvature and the cone constant ``K``, the
-holding label of an item ``x`` is found by starting at the prototype nearest to
-``x`` (geodesic distance, :func:`models.prototypes.nearest_rows`) and
-walking up the ancestor chain until a label whose entailment cone holds ``x``
-(``models.geometry.cones.in_cone(label_point, x)``).  Labels of the chain
-without a prototype are passed over; if no cone of the chain holds ``x`` the
-topmost label of the chain (a root) is used.
+Given the label points (the label embedding), the taxonomy's parent function,
+the curvature and a cone description (:func:`models.geometry.cones.cone_spec`:
+any family, e.g. a label checkpoint's ``cone``), the holding label of an item
+``x`` is the **deepest label whose cone holds** ``x``
+(:func:`models.prototypes.deepest_holder`: from the roots down, through the
+children whose cone holds the point, by
+:func:`models.geometry.cones.membership_margin_np` ``>= 0``).  Labels without a
+point are passed over (a label's cone parent is its nearest ancestor with a
+point).  An item that no root's cone holds has no holding label (``None``).
 
 The index stores the holding label beside each item; hierarchical search
 (:meth:`indexing.HyperbolicIndex.search_hierarchical`) groups items by it.
+For cones that nest or are disjoint (a laminar family, as the cap
+construction's: every child's cap inside its parent's, siblings' caps
+disjoint), the labels whose cones hold ``x`` are exactly the holding label and
+the labels whose cones hold the holding label's point (:meth:`LabelCones.held_by`),
+so levels by holding label are levels by cone membership of the item's own point.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from collections.abc import Callable, Mapping
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from models.geometry import poincare_np, ranking
+from models.geometry import ranking
 
 from .errors import IndexInputError
 
@@ -41,13 +48,31 @@ class HierarchicalHit(NamedTuple):
 ParentFn = Callable[[str], "str | None"]
 
 
+def _check_spec(spec: Mapping[str, Any] | None, K: float | None) -> dict[str, Any]:
+    from models.geometry import cones
+
+    if spec is not None and K is not None:
+        raise IndexInputError("cones: give a cone spec or K, not both")
+    if spec is None:
+        spec = {"family": "ganea", "K": 0.1 if K is None else K}
+    if not isinstance(spec, Mapping):
+        raise IndexInputError(f"spec: expected a cone description, got {type(spec).__name__}")
+    try:
+        return cones.cone_spec(**spec)
+    except (TypeError, ValueError) as e:
+        raise IndexInputError(f"spec: {e}") from None
+
+
 class LabelCones:
-    """Label prototypes + parent function + cone constant.
+    """Label points + parent function + cone description.
 
     ``prototypes``: a mapping ``label -> point`` or a pair ``(labels, points)``
     with ``points`` of shape ``(n_labels, dim)``.  ``parent``: a callable
-    ``label -> parent label or None`` (for a DAG, the caller picks one parent)
-    or a mapping.  Only the Poincaré ball is supported (the cones live there).
+    ``label -> parent label or None`` (for a DAG, the caller picks one parent:
+    the one whose cone holds the label) or a mapping.  ``spec``: the cone
+    family and its parameters (:func:`models.geometry.cones.cone_spec`);
+    ``K`` alone: Ganea cones of that constant (the default, ``K=0.1``).  Only
+    the Poincaré ball is supported (the cones live there).
     """
 
     def __init__(
@@ -56,7 +81,8 @@ class LabelCones:
         parent: ParentFn | Mapping[str, str | None],
         *,
         curvature: float = 1.0,
-        K: float = 0.1,
+        spec: Mapping[str, Any] | None = None,
+        K: float | None = None,
     ) -> None:
         if isinstance(prototypes, Mapping):
             names = list(prototypes)
@@ -84,12 +110,11 @@ class LabelCones:
         if outside.any():
             j = int(np.nonzero(outside)[0][0])
             raise IndexInputError(f"prototypes[{names[j]!r}]: outside the ball of curvature {c}")
+        self.spec = _check_spec(spec, K)
         self.labels = names
         self.points = np.ascontiguousarray(pts)
-        self._gaps = poincare_np.gap(self.points, c=c)
         self.row = {n: j for j, n in enumerate(names)}
         self.curvature = c
-        self.K = float(K)
         self.dim = pts.shape[1]
         if isinstance(parent, Mapping):
             pmap = dict(parent)
@@ -99,6 +124,21 @@ class LabelCones:
         else:
             raise IndexInputError("parent: expected a callable label -> parent or a mapping")
         self._chains: dict[str, tuple[str, ...]] = {}
+        self._children: dict[str, list[str]] = {}  # cone children: labels with a point
+        for name in names:
+            up = next((a for a in self.chain(name)[1:] if a in self.row), None)
+            if up is not None:
+                self._children.setdefault(up, []).append(name)
+        self._held: dict[str, frozenset[str]] = {}
+
+    @property
+    def family(self) -> str:
+        return self.spec["family"]
+
+    @property
+    def K(self) -> float | None:
+        """Ganea's constant (``None`` for another family)."""
+        return self.spec.get("K")
 
     def parent(self, label: str) -> str | None:
         return self._parent(label)
@@ -123,49 +163,47 @@ class LabelCones:
         return got
 
     # -- holding labels ----------------------------------------------------------------
-    def nearest_labels(self, x: np.ndarray) -> np.ndarray:
-        """Row of the nearest prototype of each item, among the cones' labels
-        (:func:`models.prototypes.nearest_rows`, the one nearest-prototype rule)."""
-        from models.prototypes import nearest_rows
-
-        return nearest_rows(x, self.points, curvature=self.curvature, gaps=self._gaps)
-
-    def holding_labels(self, x: np.ndarray) -> list[str]:
-        """The holding label of each row of ``x`` (float64 ``(n, dim)`` points)."""
-        import torch
-
+    def margins(self, apex: str, x: np.ndarray) -> np.ndarray:
+        """Membership margins of the rows of ``x`` in the cone of label ``apex``
+        (``>= 0``: held)."""
         from models.geometry import cones
 
-        from .geometry import torch_threads
+        x = np.asarray(x, dtype=np.float64).reshape(-1, self.dim)
+        return cones.membership_margin_np(
+            self.points[self.row[apex]], x, self.spec, c=self.curvature
+        )
 
-        x = np.ascontiguousarray(x, dtype=np.float64)
-        n = len(x)
-        if n == 0:
+    def holding_labels(self, x: np.ndarray) -> list[str | None]:
+        """The deepest label whose cone holds each row of ``x`` (float64 ``(n,
+        dim)`` points; ``None`` where no root's cone holds it)."""
+        from models.prototypes import deepest_holder
+
+        x = np.ascontiguousarray(x, dtype=np.float64).reshape(-1, self.dim)
+        if len(x) == 0:
             return []
-        chains = [self.chain(self.labels[j]) for j in self.nearest_labels(x)]
-        pos = np.zeros(n, dtype=np.int64)  # position in the chain
-        result: list[str | None] = [None] * n
-        active = np.arange(n)
-        while len(active):
-            cur = [chains[i][pos[i]] for i in active]
-            has = np.array([c in self.row for c in cur], dtype=bool)
-            held = np.zeros(len(active), dtype=bool)
-            if has.any():
-                rows = np.array([self.row[c] for c, h in zip(cur, has, strict=True) if h])
-                apex = torch.from_numpy(self.points[rows])
-                pts = torch.from_numpy(x[active[has]])
-                with torch_threads():
-                    inside = cones.in_cone(apex, pts, c=self.curvature, K=self.K)
-                held[has] = np.asarray(inside, dtype=bool).reshape(-1)
-            nxt = []
-            for j, i in enumerate(active.tolist()):
-                if held[j] or pos[i] + 1 >= len(chains[i]):
-                    result[i] = cur[j]  # held, or the root of the chain
-                else:
-                    pos[i] += 1
-                    nxt.append(i)
-            active = np.asarray(nxt, dtype=np.int64)
-        return result  # type: ignore[return-value]
+        return deepest_holder(
+            x,
+            self.labels,
+            self.points,
+            self._children,
+            self.spec,
+            self.curvature,
+            fallback=lambda rows: [None] * len(rows),
+        )
+
+    def held_by(self, label: str) -> frozenset[str]:
+        """``label`` and the labels whose points its cone holds (cached): the
+        holding labels of the items that cone holds, for a laminar family."""
+        got = self._held.get(label)
+        if got is None:
+            if label not in self.row:
+                got = frozenset({label})
+            else:
+                inside = self.margins(label, self.points) >= 0
+                got = frozenset(n for n, h in zip(self.labels, inside.tolist(), strict=True) if h)
+                got |= {label}
+            self._held[label] = got
+        return got
 
     # -- persistence -------------------------------------------------------------------
     def records(self) -> list[tuple[str, str | None, bytes | None]]:
@@ -181,19 +219,24 @@ class LabelCones:
                 rows[lab] = (lab, self._parent(lab), vec)
         return sorted(rows.values())
 
+    def spec_json(self) -> str:
+        return json.dumps(self.spec, sort_keys=True)
+
     def fingerprint(self) -> str:
         h = hashlib.sha256()
-        h.update(f"{self.curvature!r} {self.K!r}".encode())
+        h.update(f"{self.curvature!r} {self.spec_json()}".encode())
         for lab, par, vec in self.records():
             h.update(repr((lab, par)).encode())
             h.update(vec or b"-")
         return h.hexdigest()
 
     @classmethod
-    def from_records(cls, records, *, curvature: float, K: float) -> LabelCones:
+    def from_records(
+        cls, records, *, curvature: float, spec: Mapping[str, Any] | None = None, K=None
+    ) -> LabelCones:
         parents = {lab: par for lab, par, _ in records}
         names = [lab for lab, _, vec in records if vec is not None]
         pts = np.array(
             [np.frombuffer(vec, dtype="<f8") for _, _, vec in records if vec is not None]
         )
-        return cls((names, pts), parents, curvature=curvature, K=K)
+        return cls((names, pts), parents, curvature=curvature, spec=spec, K=K)

@@ -1,7 +1,10 @@
 """Hierarchical (cone) search: k-NN level by level along a label chain.
 
 ``chain = [l0, parent(l0), ..., root]``.  Level ``i`` holds the items whose
-holding label is a descendant-or-self of ``l_i`` and of no earlier chain label,
+holding label (``by="holder"``; or their own label, ``by="label"``) is one of
+``levels[i]`` (the level's labels: a descendant-or-self of ``l_i`` and of no
+earlier chain label; for cones, the labels the cone of ``l_i`` holds), and
+whose label is in ``labels`` when that filter is given,
 so each item is in at most one level and a nearer level always ranks first.
 Results are ordered by (level, distance); a page ``[offset, offset + k)`` of
 that order skips whole levels by their counts and searches only the levels it
@@ -55,22 +58,37 @@ def search_levels(
     k: int,
     offset: int,
     ef: int | None,
+    *,
+    by: str = "holder",
+    labels: set[str] | None = None,
 ) -> list[HierarchicalHit]:
     """The hits ``[offset, offset + k)`` for the one query ``q`` (shape ``(1, dim)``)."""
     t = live.table
+    if by not in ("holder", "label"):
+        raise IndexInputError(f"by: must be 'holder' or 'label', got {by!r}")
+    only = None if labels is None else t.slots_for_labels(labels)
     out: list[HierarchicalHit] = []
     pos = 0  # rank of the first item of the current level
     for lvl, labs in enumerate(levels):
         need = offset + k - pos
         if need <= 0:
             break
-        count = t.count_for_holders(labs)
+        if only is None and by == "holder":
+            count = t.count_for_holders(labs)  # no set built for a level skipped whole
+            slots = None
+        else:
+            slots = t.slots_for_holders(labs) if by == "holder" else t.slots_for_labels(labs)
+            if only is not None:
+                slots &= only
+            count = len(slots)
         if count == 0:
             continue
         if pos + count <= offset:
             pos += count
             continue
-        allowed = np.fromiter(sorted(t.slots_for_holders(labs)), dtype=np.int64, count=count)
+        if slots is None:
+            slots = t.slots_for_holders(labs)
+        allowed = np.fromiter(sorted(slots), dtype=np.int64, count=count)
         take = min(count, need)
         slots, dists = live.search(q, take, allowed, ef)
         for j in range(take):

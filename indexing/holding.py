@@ -1,7 +1,8 @@
 """Cone upkeep: which :class:`~indexing.cones.LabelCones` an index uses.
 
 The cones an index computes holding labels with are persisted in its store
-(the ``label_cones`` table and the ``cones_*`` meta keys), so that an index
+(the ``label_cones`` table and the ``cones_*`` meta keys: fingerprint,
+curvature, ``cones_spec`` the cone family as JSON), so that an index
 opened without cones keeps the ones it had.  Setting cones with another
 fingerprint recomputes the holding label of every item (the index does that,
 under its locks); these helpers check the cones against the index and read and
@@ -10,6 +11,7 @@ write them.
 
 from __future__ import annotations
 
+import json
 import math
 
 from .cones import LabelCones
@@ -40,8 +42,13 @@ def load_cones(store: Store) -> LabelCones | None:
     meta = store.meta()
     if not meta.get("cones_fingerprint"):
         return None
+    curvature = float(meta["cones_curvature"])
+    if meta.get("cones_spec"):
+        spec = json.loads(meta["cones_spec"])
+        return LabelCones.from_records(store.load_cones(), curvature=curvature, spec=spec)
+    # stores from before the cone family: Ganea cones of their K
     return LabelCones.from_records(
-        store.load_cones(), curvature=float(meta["cones_curvature"]), K=float(meta["cones_K"])
+        store.load_cones(), curvature=curvature, K=float(meta["cones_K"])
     )
 
 
@@ -57,6 +64,7 @@ def save_cones(store: Store, cones: LabelCones | None) -> bool:
     else:
         meta = {
             "cones_fingerprint": new,
+            "cones_spec": cones.spec_json(),
             "cones_K": repr(cones.K),
             "cones_curvature": repr(cones.curvature),
         }

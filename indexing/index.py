@@ -392,6 +392,8 @@ class HyperbolicIndex:
         offset: int = 0,
         *,
         ef: int | None = None,
+        by: str = "holder",
+        labels: Iterable[str] | None = None,
     ) -> list[HierarchicalHit]:
         """Hierarchical (cone) search for one query vector.
 
@@ -402,6 +404,8 @@ class HyperbolicIndex:
         of any earlier chain label; results are ordered by level, then by
         distance, and ``[offset, offset + k)`` of that order is returned as
         :class:`HierarchicalHit` ``(id, distance, level, via=l(i))``.
+        ``by="label"`` groups items by their own label instead of their holding
+        label; ``labels`` keeps only the items whose label is in that set.
         """
         q = self._space.as_points(query, "query", allow_1d=True)
         if len(q) != 1:
@@ -411,9 +415,10 @@ class HyperbolicIndex:
         if ef is not None:
             ef = check_pos_int(ef, "ef")
         chain, levels = chain_levels(chain, descendants_of)
+        la = None if labels is None else check_str_set(labels, "labels")
         with self._rw.read():
             self._check_open()
-            return search_levels(self._live, q, chain, levels, k, offset, ef)
+            return search_levels(self._live, q, chain, levels, k, offset, ef, by=by, labels=la)
 
     # -- snapshots ------------------------------------------------------------------------
     def save(self, path: str | os.PathLike | None = None) -> Path:

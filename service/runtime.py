@@ -6,6 +6,17 @@ the index what HTTP needs and the index does not keep in memory: the label of
 every live item (so answers name labels without a store round trip), how many
 items each label holds, and the label prototypes of the labels in use.
 
+It also installs the label checkpoint's entailment cones on the index
+(:func:`label_cones`: every taxonomy node's point, its cone family
+:func:`models.prototypes.label_cone_spec`, each node under the parent whose cone
+holds it), so every upsert and build stores the item's holding label (the
+deepest label whose cone holds its point) and a restart keeps them (the
+cones' fingerprint is in the index's store: the same labels recompute nothing).
+The hierarchical mode's default levels are by cone (``"cone"``) when the loaded
+labels' cones hold their taxonomy (:attr:`Runtime.cones_hold`: at least
+:data:`HOLD_SHARE` of the non-root nodes inside a parent's cone), by the
+taxonomy chain (``"taxonomy"``) otherwise.
+
 Every write of the service goes through :meth:`Runtime.upsert` and
 :meth:`Runtime.delete`, so those tallies always match the index.
 """
@@ -23,17 +34,22 @@ from typing import Any
 
 import numpy as np
 
-from indexing import HyperbolicIndex
+from indexing import HyperbolicIndex, LabelCones
 from indexing.build import open_index
+from models.geometry import cones as mcones
 from models.geometry import poincare_np
 from models.labels import LabelEmbedding
-from models.prototypes import Prototypes, prediction_labels
+from models.prototypes import Prototypes, label_cone_spec, prediction_labels
 from models.taxonomy import Taxonomy, with_words
 from models.wordnet import WordResolver
 
 log = logging.getLogger("service")
 
-__all__ = ["Runtime", "StartupError", "open_runtime"]
+__all__ = ["HOLD_SHARE", "Runtime", "StartupError", "label_cones", "open_runtime"]
+
+#: the share of non-root taxonomy nodes that a parent's cone must hold for the
+#: labels' cones to count as holding the taxonomy (cone levels by default)
+HOLD_SHARE = 0.95
 
 
 class StartupError(Exception):
@@ -106,6 +122,11 @@ class Runtime:
         self._resolver = WordResolver(self.taxonomy, wordnet_dir)
         self._splits: dict[str, np.ndarray | None] = {}
         self._split_lock = threading.Lock()
+        self.cone_spec = label_cone_spec(labels)
+        self.cones, self.cones_held_share = label_cones(labels, self.cone_spec)
+        self.cones_hold = self.cones_held_share >= HOLD_SHARE
+        self.default_levels = "cone" if self.cones_hold else "taxonomy"
+        index.set_cones(self.cones)  # recomputes the holders only when the cones changed
         self._load_tallies()
 
     # -- tallies --------------------------------------------------------------------
@@ -202,13 +223,37 @@ class Runtime:
         (ascending distance; equal distances in taxonomy order)."""
         return self._prototypes.nearest_k(x, k)
 
+    def embed_labels(self, x: np.ndarray, k: int = 5) -> list[tuple[str, float]]:
+        """The labels of ``/v1/embed``: first the deepest label whose cone holds
+        ``x`` (when :attr:`cones_hold` and some cone holds it), then the nearest
+        nodes of the whole taxonomy, ``k`` in all, none twice."""
+        near = self.nearest_nodes(x, k)
+        holder = self.holder_of(x) if self.cones_hold else None
+        if holder is None:
+            return near
+        d = float(poincare_np.dist(x, self.label_point(holder), c=self.curvature))
+        rest = [(n, dd) for n, dd in near if n != holder]
+        return [(holder, d)] + rest[: k - 1]
+
+    def holder_of(self, x: np.ndarray) -> str | None:
+        """The deepest label whose cone holds the point ``x`` (``None``: no root's
+        cone holds it), as the index computes the holders of its items."""
+        return self.cones.holding_labels(np.asarray(x, dtype=np.float64)[None])[0]
+
+    def aperture(self, name: str) -> float:
+        """The aperture of the label's cone (:func:`models.geometry.cones.aperture_np`)."""
+        return float(mcones.aperture_np(self.label_point(name), self.cone_spec, c=self.curvature))
+
     def distance_to_origin(self, x: np.ndarray) -> np.ndarray:
         return poincare_np.distance_to_origin(x, c=self.curvature)
 
-    def chain(self, label: str) -> list[str]:
+    def chain(self, label: str, levels: str = "taxonomy") -> list[str]:
         """``[label, parent, grandparent, ..., root]``; where a node has several
         parents, the one with the most items under it (then the shallower one,
-        then the first by name) continues the chain."""
+        then the first by name) continues the chain; for ``levels="cone"`` the
+        parent whose cone holds the node (:func:`label_cones`)."""
+        if levels == "cone":
+            return list(self.cones.chain(label))
         out = [label]
         seen = {label}
         while True:
@@ -317,6 +362,36 @@ def _read_pixels(path: Path) -> np.ndarray | None:
         return decode(path)
     except ImageDecodeError:
         return None
+
+
+def label_cones(labels: LabelEmbedding, spec: dict) -> tuple[LabelCones, float]:
+    """``(cones, share)``: the label cones of every taxonomy node of ``labels``
+    (cone family ``spec``), each node under the parent whose cone holds its point
+    with the largest margin (the first parent when none holds it), and the share
+    of the non-root nodes that a parent's cone holds (1.0 for a taxonomy of roots
+    only)."""
+    tax = labels.taxonomy
+    pts = labels.embeddings.detach().cpu().double().numpy()
+    names = tax.names
+    child, par = [], []
+    for j in range(len(names)):
+        for p in tax.parent_ids(j):
+            child.append(j)
+            par.append(p)
+    parent: dict[str, str | None] = {n: None for n in names}
+    held = 0
+    if child:
+        ci, pi = np.asarray(child), np.asarray(par)
+        margin = mcones.membership_margin_np(pts[pi], pts[ci], spec, c=labels.curvature)
+        best: dict[int, tuple[float, int]] = {}
+        for c, p, m in zip(ci.tolist(), pi.tolist(), margin.tolist(), strict=True):
+            if c not in best or m > best[c][0]:  # ties: the first parent
+                best[c] = (m, p)
+        for c, (m, p) in best.items():
+            parent[names[c]] = names[p]
+            held += m >= 0
+    share = held / len(best) if child else 1.0
+    return LabelCones((names, pts), parent, curvature=labels.curvature, spec=spec), share
 
 
 def open_runtime(settings) -> Runtime:

@@ -8,6 +8,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Finite = Annotated[float, Field(allow_inf_nan=False)]
 Mode = Literal["nearest", "hierarchical"]
+Levels = Literal["cone", "taxonomy"]
+_LEVELS_DOC = (
+    "hierarchical mode: levels by cone membership of each item's point ('cone') or by "
+    "the items' labels along the taxonomy chain ('taxonomy'); default 'cone' when the "
+    "loaded labels' cones hold their taxonomy, else 'taxonomy'"
+)
 
 MAX_DIM = 4096
 _EXAMPLE_VECTOR = [0.12, -0.05, 0.31, 0.02, -0.44, 0.08, 0.15, -0.21, 0.03, 0.09]
@@ -59,6 +65,7 @@ class SearchIn(BaseModel):
             "oneOf": [{"required": ["vector"]}, {"required": ["label"]}, {"required": ["id"]}],
             "examples": [
                 {"label": "sneaker", "k": 10, "mode": "hierarchical"},
+                {"label": "sneaker", "k": 10, "mode": "hierarchical", "levels": "taxonomy"},
                 {"id": "fashion-mnist-test-42", "k": 5},
                 {"vector": _EXAMPLE_VECTOR, "k": 10, "offset": 10, "mode": "nearest"},
             ],
@@ -89,6 +96,7 @@ class SearchIn(BaseModel):
         le=1000,
         description="hierarchical mode: at most this many items of each level (the nearest)",
     )
+    levels: Levels | None = Field(default=None, description=_LEVELS_DOC)
     disk: bool = Field(default=False, description="add a 2-D Poincaré-disk layout of the answer")
 
     @model_validator(mode="after")
@@ -113,6 +121,7 @@ class ImageSearchParams(BaseModel):
     offset: int = Field(default=0, ge=0, le=9999)
     under: str | None = Field(default=None, min_length=1, max_length=300)
     per_level: int | None = Field(default=None, ge=1, le=1000)
+    levels: Levels | None = Field(default=None, description=_LEVELS_DOC)
     disk: bool = False
 
 
@@ -129,7 +138,10 @@ class HitOut(BaseModel):
     distance: float = Field(description="geodesic distance to the query")
     label: str | None
     level: int | None = Field(description="hierarchical mode: 0 same label, 1 siblings, ...")
-    via: str | None = Field(description="hierarchical mode: the chain label that holds the item")
+    via: str | None = Field(
+        description="hierarchical mode: the chain label of the level (levels 'cone': the "
+        "label whose cone holds the item)"
+    )
 
 
 class DiskPoint(BaseModel):
@@ -193,9 +205,29 @@ class LabelDistance(BaseModel):
 
 
 class EmbedOut(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "vector": _EXAMPLE_VECTOR,
+                    "distance_to_origin": 4.1,
+                    "labels": [
+                        {"label": "shoe.n.01", "distance": 2.9},
+                        {"label": "sandal.n.01", "distance": 1.8},
+                        {"label": "gym_shoe.n.01", "distance": 2.2},
+                    ],
+                }
+            ]
+        }
+    )
+
     vector: list[float]
     distance_to_origin: float
-    labels: list[LabelDistance] = Field(description="the 5 nearest nodes of the whole taxonomy")
+    labels: list[LabelDistance] = Field(
+        description="first the deepest label whose cone holds the point (when the labels' "
+        "cones hold their taxonomy and some cone holds it), then the nearest nodes of the "
+        "whole taxonomy, 5 in all, no label twice"
+    )
 
 
 # ---------------------------------------------------------------- labels
@@ -213,6 +245,8 @@ class LabelOut(BaseModel):
                     "depth": 9,
                     "items": 1000,
                     "words": ["gym_shoe", "sneaker", "tennis_shoe"],
+                    "vector": _EXAMPLE_VECTOR,
+                    "cone": {"family": "cap", "theta0": 2.5, "beta": 0.5, "aperture": 0.021},
                 }
             ]
         }
@@ -226,6 +260,12 @@ class LabelOut(BaseModel):
     items: int = Field(description="indexed items whose label is this node or below it")
     words: list[str] = Field(default_factory=list)
     gloss: str | None = None
+    vector: list[float] = Field(description="the label's point")
+    cone: dict[str, str | float] = Field(
+        description="the label's entailment cone: the family and its parameters "
+        "(models.geometry.cones.cone_spec) and 'aperture', the cone's aperture at "
+        "this point (ganea: the half-aperture psi; cap: the cap's angular radius theta)"
+    )
 
 
 # ---------------------------------------------------------------- items
@@ -249,10 +289,32 @@ class ItemIn(BaseModel):
 
 
 class ItemOut(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "id": "fashion-mnist-test-9",
+                    "label": "gym_shoe.n.01",
+                    "vector": _EXAMPLE_VECTOR,
+                    "distance_to_origin": 4.2,
+                    "holder": "gym_shoe.n.01",
+                    "payload": {"image": {"dataset": "fashion-mnist", "split": "test", "row": 9}},
+                    "label_source": "given",
+                    "image": "/v1/items/fashion-mnist-test-9/image",
+                }
+            ]
+        }
+    )
+
     id: str
     label: str | None
     vector: list[float]
     distance_to_origin: float
+    holder: str | None = Field(
+        default=None,
+        description="the deepest label whose cone holds the item's point (null: no cone holds it)",
+    )
+    payload: dict | None = Field(default=None, description="the item's payload (a JSON object)")
     label_source: Literal["given", "predicted"] | None = Field(
         default=None, description="whether the label was given or predicted (nearest prototype)"
     )

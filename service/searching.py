@@ -8,10 +8,23 @@
 * ``nearest``: the index's k-NN; ``offset`` pages through one ranking.
 * ``hierarchical``: the chain ``label, parent, ..., root`` of ``query.label``
   (:meth:`service.runtime.Runtime.chain`) handed to
-  :meth:`indexing.HyperbolicIndex.search_hierarchical`. Items are held by their
-  own label (the index has no cones installed), so level 0 is the query label's
-  subtree, level 1 what its parent adds (siblings), and so on; see the README
-  for why label membership rather than cone membership of the prototypes.
+  :meth:`indexing.HyperbolicIndex.search_hierarchical`, with levels
+  ``"cone"`` (the default when the labels' cones hold their taxonomy,
+  :attr:`service.runtime.Runtime.default_levels`) or ``"taxonomy"``:
+
+  - ``cone``: level ``i`` holds the items whose own point the cone of the
+    ``i``-th chain label holds and the ``(i-1)``-th's does not, labelled or not:
+    the items whose holding label (stored by the index) is one the cone of
+    ``chain[i]`` holds (:meth:`indexing.LabelCones.held_by`); the chain follows
+    the parents whose cones hold each node. Items no chain cone holds are in no
+    level.
+  - ``taxonomy``: level ``i`` holds the items whose *label* is under
+    ``chain[i]`` and not under ``chain[i-1]`` (level 0 the query label's
+    subtree, level 1 what its parent adds, and so on); unlabelled items are in
+    no level.
+
+  ``via`` is the chain label of the level. ``under`` filters by the items'
+  labels in both.
 * A search by item id leaves that item out of its own answer.
 * :func:`query_of` turns a validated request (:class:`service.schemas.SearchIn`,
   :class:`service.schemas.ImageSearchParams`) into its :class:`Query`, for the
@@ -39,7 +52,7 @@ from .errors import ApiError, bad_input, not_found, unknown_label
 from .runtime import Runtime
 from .schemas import ImageSearchParams, SearchIn
 
-_OUTSIDE = "\x00"  # prefix of chain labels outside an `under` filter (never an item label)
+LEVELS = ("cone", "taxonomy")
 
 
 @dataclass
@@ -72,6 +85,7 @@ class Query:
     mode: str = "nearest"
     under: str | None = None
     per_level: int | None = None
+    levels: str | None = None
     vector: Any = None
     label: str | None = None
     item_id: str | None = None
@@ -109,7 +123,8 @@ def query_of(req: SearchIn | ImageSearchParams, settings) -> Query:
     settings (a 422 before any work). For a picture, the caller sets ``point`` and
     ``point_label`` once the picture is embedded."""
     check_window(req.k, req.offset, settings)
-    q = Query(k=req.k, offset=req.offset, mode=req.mode, under=req.under, per_level=req.per_level)
+    q = Query(k=req.k, offset=req.offset, mode=req.mode, under=req.under)
+    q.per_level, q.levels = req.per_level, req.levels
     if isinstance(req, SearchIn):
         q.vector, q.label, q.item_id = req.vector, req.label, req.id
     return q
@@ -147,9 +162,11 @@ def search(
     exclude: str | None = None,
     per_level: int | None = None,
     radius: float | None = None,
+    levels: str | None = None,
 ) -> Answer:
     """Run one search of the point ``x``; see the module docstring. ``radius``:
-    the distance of ``x`` to the origin when the caller has it."""
+    the distance of ``x`` to the origin when the caller has it; ``levels``:
+    ``"cone"`` or ``"taxonomy"`` (default: :attr:`Runtime.default_levels`)."""
     allowed: set[str] | None = None
     if under is not None:
         allowed = rt.used_under(resolve_label(rt, under, "under"))
@@ -159,32 +176,30 @@ def search(
     chain = None
     if mode == "nearest":
         if allowed is None or allowed:
-            ids, dists = rt.index.search(x, k=want, under=allowed)
+            ids, dists = rt.index.search(x, k=want, labels=allowed)
             hits = _nearest_hits(rt, ids[0], dists[0])
     elif mode == "hierarchical":
         if query_label is None:  # pragma: no cover - every query has a label
             raise bad_input("mode: hierarchical search needs a query label")
-        chain = rt.chain(query_label)
-        names: list[str] = chain
+        lv = rt.default_levels if levels is None else levels
+        if lv not in LEVELS:
+            raise bad_input(f"levels: must be cone or taxonomy, got {lv!r}")
+        chain = rt.chain(query_label, lv)
         if per_level is not None:
-            hits = _per_level(rt, x, chain, allowed, per_level, want, exclude)
-        elif allowed is None:
-
-            def descendants(lab: str) -> set[str]:
-                return rt.used_under(lab)
-
+            hits = _per_level(rt, x, chain, allowed, per_level, want, exclude, lv)
         else:
-            names = [c if c in allowed else _OUTSIDE + c for c in chain]
-
-            def descendants(lab: str) -> set[str]:
-                return rt.used_under(lab.removeprefix(_OUTSIDE)) & allowed
-
-        if per_level is None:
             start = offset if exclude is None else 0
-            got = rt.index.search_hierarchical(x, names, descendants, k=want - start, offset=start)
+            got = rt.index.search_hierarchical(
+                x,
+                chain,
+                rt.cones.held_by if lv == "cone" else rt.used_under,
+                k=want - start,
+                offset=start,
+                by="holder" if lv == "cone" else "label",
+                labels=allowed,
+            )
             for h in got:
-                via = h.via.removeprefix(_OUTSIDE)
-                hits.append(Hit(h.id, float(h.distance), rt.label_of(h.id), int(h.level), via))
+                hits.append(Hit(h.id, float(h.distance), rt.label_of(h.id), int(h.level), h.via))
     else:
         raise bad_input(f"mode: must be nearest or hierarchical, got {mode!r}")
     hits = _window(hits, exclude, offset - start, k)
@@ -257,6 +272,7 @@ def search_many(rt: Runtime, queries: Sequence[Query]) -> list[Answer | Exceptio
                 exclude=excludes[i],
                 per_level=q.per_level,
                 radius=radii[i],
+                levels=q.levels,
             )
         except Exception as e:  # noqa: BLE001 - that query's answer
             out[i] = e
@@ -296,23 +312,29 @@ def _each(out: list, rows: list[int], batched) -> list:
     return got
 
 
-def _per_level(rt, x, chain, allowed, per_level: int, want: int, exclude: str | None) -> list[Hit]:
+def _per_level(
+    rt, x, chain, allowed, per_level: int, want: int, exclude: str | None, levels: str
+) -> list[Hit]:
     """Hierarchical order with at most ``per_level`` items of each level: level ``i``
-    is a k-NN over the items under ``chain[i]`` and not under ``chain[i-1]``."""
+    is a k-NN over the items of ``chain[i]``'s level (by cone or by taxonomy, as
+    :func:`search`) and not of ``chain[i-1]``'s."""
     hits: list[Hit] = []
     seen: set[str] = set()
     for lvl, lab in enumerate(chain):
         if len(hits) >= want:
             break
-        below = rt.used_under(lab)
+        below = set(rt.cones.held_by(lab)) if levels == "cone" else rt.used_under(lab)
         level_labels = below - seen
         seen |= below
-        if allowed is not None:
+        if levels == "taxonomy" and allowed is not None:
             level_labels &= allowed
         if not level_labels:
             continue
         take = min(per_level, want - len(hits)) + (1 if exclude is not None else 0)
-        ids, dists = rt.index.search(x, k=take, under=level_labels)
+        if levels == "cone":
+            ids, dists = rt.index.search(x, k=take, under=level_labels, labels=allowed)
+        else:
+            ids, dists = rt.index.search(x, k=take, labels=level_labels)
         got = [
             Hit(i, float(d), rt.label_of(i), lvl, lab)
             for i, d in zip(ids[0].tolist(), dists[0].tolist(), strict=True)

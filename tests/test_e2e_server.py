@@ -55,7 +55,8 @@ def test_hierarchical_search_by_name(reader):
     c = reader
     taxonomy = c.get("/v1/labels/sneaker").json()
     assert taxonomy["name"] == "gym_shoe.n.01" and taxonomy["items"] > 0
-    body = c.post("/v1/search", json={"label": "sneaker", "mode": "hierarchical", "k": 300}).json()
+    body = {"label": "sneaker", "mode": "hierarchical", "k": 300, "levels": "taxonomy"}
+    body = c.post("/v1/search", json=body).json()
     assert body["query"]["label"] == "gym_shoe.n.01"
     hits = body["results"]
     levels = [h["level"] for h in hits]

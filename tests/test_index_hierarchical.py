@@ -8,7 +8,6 @@ import torch
 
 from indexing import HierarchicalHit, HyperbolicIndex, IndexInputError, LabelCones
 from models.geometry import cones as mcones
-from models.geometry import poincare
 
 from .test_index_common import exact_dist
 
@@ -21,15 +20,15 @@ PARENT = {
     "cat": "animal",
     "tree": "plant",
 }
-POLAR = {  # prototypes: (norm, angle in degrees)
-    "entity": (0.05, 0.0),
-    "animal": (0.5, -30.0),
-    "plant": (0.5, 40.0),
-    "dog": (0.8, -40.0),
-    "cat": (0.8, -20.0),
-    "tree": (0.8, 45.0),
+POLAR = {  # prototypes: (norm, angle in degrees); caps that nest (a laminar family)
+    "entity": (0.0, 0.0),  # the origin: its cap holds every point
+    "animal": (0.65, -70.0),  # cap of 66 degrees: [-136, -4]
+    "plant": (0.65, 70.0),  # [4, 136]
+    "dog": (0.9, -100.0),  # 33 degrees: [-133, -67]
+    "cat": (0.9, -40.0),  # [-73, -7]
+    "tree": (0.9, 70.0),  # [37, 103]
 }
-K = 0.1
+SPEC = mcones.cone_spec("cap", theta0=2.5, beta=0.5)
 
 
 def _pt(r, deg):
@@ -61,17 +60,29 @@ def chain_of(label: str) -> list[str]:
     return out
 
 
-def holder_ref(x: np.ndarray) -> str:
-    """Brute force, one item at a time: nearest prototype, then up to the first holding cone."""
+def _cone_parent(label: str) -> str | None:
+    """The nearest ancestor with a prototype."""
+    p = PARENT[label]
+    while p is not None and p not in PROTOS:
+        p = PARENT[p]
+    return p
+
+
+def holder_ref(x: np.ndarray) -> str | None:
+    """Brute force, one item at a time, in torch: from the roots down through the
+    prototype labels whose cone holds ``x`` (the one of largest margin); ``None``
+    when no root's cone holds it."""
     xt = torch.from_numpy(x)
-    d = {lab: float(poincare.dist(torch.from_numpy(p), xt, c=1.0)) for lab, p in PROTOS.items()}
-    lab = min(d, key=d.get)
+
+    def margin(lab):
+        return float(mcones.membership_margin(torch.from_numpy(PROTOS[lab]), xt, SPEC, c=1.0))
+
+    cur = None
     while True:
-        if lab in PROTOS and bool(mcones.in_cone(torch.from_numpy(PROTOS[lab]), xt, c=1.0, K=K)):
-            return lab
-        if PARENT[lab] is None:
-            return lab
-        lab = PARENT[lab]
+        kids = [lab for lab in PROTOS if _cone_parent(lab) == cur and margin(lab) >= 0]
+        if not kids:
+            return cur
+        cur = max(kids, key=margin)
 
 
 def hierarchical_ref(items, holders, q, chain, k, offset):
@@ -96,10 +107,9 @@ def items():
     n = 0
     for lab in ("dog", "cat", "tree", "animal", "plant"):
         r, deg = POLAR[lab]
-        spread = 0.9 if lab in ("animal", "plant") else 0.3  # degrees
-        for _ in range(60):  # beyond each prototype, many inside its (narrow) cone
-            rr = min(0.99, r + abs(rng.normal(0.1, 0.06)))
-            out[f"x{n}"] = _pt(rr, deg + rng.normal(0, spread))
+        spread = 30.0 if lab in ("animal", "plant") else 8.0  # degrees
+        for _ in range(60):  # beyond each prototype, many inside its cone
+            out[f"x{n}"] = _pt(rng.uniform(0.9, 0.995), deg + rng.normal(0, spread))
             n += 1
     for _ in range(60):  # anywhere
         out[f"x{n}"] = _pt(rng.uniform(0.1, 0.95), rng.uniform(-180, 180))
@@ -113,7 +123,7 @@ def holders(items):
 
 
 def make_cones():
-    return LabelCones(PROTOS, PARENT.get, curvature=1.0, K=K)
+    return LabelCones(PROTOS, PARENT.get, curvature=1.0, spec=SPEC)
 
 
 def test_reference_hierarchy_is_interesting(items, holders):
@@ -182,7 +192,7 @@ def test_cones_set_later_persist_and_apply_to_new_items(tmp_path, items, holders
     assert all(ix.get(i).holder == holders[i] for i in names[:200])
     ix.close()
     re = HyperbolicIndex.open(tmp_path)  # cones come back from the store
-    assert re.cones is not None and re.cones.K == K
+    assert re.cones is not None and re.cones.spec == SPEC
     re.add(x[200:], names[200:])
     assert all(re.get(i).holder == holders[i] for i in names)
     ids, _ = re.search(np.zeros(2), k=1000, under={"tree"})
@@ -206,3 +216,53 @@ def test_hierarchical_input_errors(items):
         HyperbolicIndex(3, cones=make_cones())
     with pytest.raises(IndexInputError, match="prototypes"):
         LabelCones({"a": [1.5, 0.0]}, PARENT.get)
+
+
+@pytest.mark.parametrize("qlabel", ["dog", "cat", "tree", "animal"])
+def test_cone_levels_match_brute_force(items, qlabel):
+    """Levels by the cone of each chain label (LabelCones.held_by) against a brute
+    force: an item's level is the first chain label whose cone holds its own point
+    (membership_margin_np over the chain); items no chain cone holds are left out."""
+    cones = make_cones()
+    ix = HyperbolicIndex(2, cones=cones)
+    ix.add(np.array(list(items.values())), list(items), labels=["?"] * len(items))
+    chain = chain_of(qlabel)
+    q = PROTOS[qlabel]
+    got = ix.search_hierarchical(q, chain, cones.held_by, k=1000)
+    want = []
+    for i, x in items.items():
+        held = [
+            lvl
+            for lvl, lab in enumerate(chain)
+            if lab in PROTOS and mcones.membership_margin_np(PROTOS[lab], x, SPEC, c=1.0) >= 0
+        ]
+        if held:
+            want.append((held[0], float(exact_dist(q, x[None])[0]), i))
+    want.sort()
+    assert [(h.id, h.level, h.via) for h in got] == [(i, lvl, chain[lvl]) for lvl, _, i in want]
+    assert len({h.level for h in got}) >= 2  # the levels are not all one
+
+
+def test_hierarchical_by_label_and_label_filter(items, holders):
+    """``by="label"``: levels from the items' own labels (the taxonomy chain), and
+    ``labels`` keeps only items of those labels, whatever their holders."""
+    names = list(items)
+    labs = [("dog", "cat", "tree")[j % 3] for j in range(len(names))]
+    ix = HyperbolicIndex(2, cones=make_cones())
+    ix.add(np.array(list(items.values())), names, labels=labs)
+    q = PROTOS["dog"]
+    chain = chain_of("dog")
+    got = ix.search_hierarchical(q, chain, descendants, k=1000, by="label")
+    level_of = {"dog": 0, "cat": 2, "tree": 3}  # canine adds nothing, animal cat, entity tree
+    want = sorted(
+        (level_of[lab], float(exact_dist(q, items[i][None])[0]), i)
+        for i, lab in zip(names, labs, strict=True)
+        if lab in level_of
+    )
+    assert [(h.id, h.level) for h in got] == [(i, lvl) for lvl, _, i in want]
+    got = ix.search_hierarchical(q, chain, descendants, k=1000, labels={"cat"})
+    assert {h.id for h in got} == {
+        i for i, lab in zip(names, labs, strict=True) if lab == "cat" and holders[i] is not None
+    }
+    with pytest.raises(IndexInputError, match="by: must be"):
+        ix.search_hierarchical(q, chain, descendants, by="cone")

@@ -92,7 +92,10 @@ def test_label_word_resolves_to_the_sense_with_items(client):
 
 
 def test_hierarchical_levels_in_order(client, rt):
-    r = client.post("/v1/search", json={"label": "sneaker", "mode": "hierarchical", "k": 200})
+    r = client.post(
+        "/v1/search",
+        json={"label": "sneaker", "mode": "hierarchical", "k": 200, "levels": "taxonomy"},
+    )
     body = r.json()
     hits = body["results"]
     assert len(hits) == 200
@@ -118,6 +121,7 @@ def test_hierarchical_levels_in_order(client, rt):
 
 def test_hierarchical_per_level(client, rt):
     body = {"label": "sandal", "mode": "hierarchical", "k": 1000, "per_level": 4}
+    body["levels"] = "taxonomy"
     hits = client.post("/v1/search", json=body).json()["results"]
     levels = [h["level"] for h in hits]
     assert levels == sorted(levels) and len(set(levels)) >= 3
@@ -289,7 +293,16 @@ def test_embed(client, picture, rt):
     assert len(body["vector"]) == rt.dim and body["distance_to_origin"] > 0
     labs = body["labels"]
     assert len(labs) == 5 and all(lab["label"] in rt.taxonomy for lab in labs)
-    assert [x["distance"] for x in labs] == sorted(x["distance"] for x in labs)
+    # labels[0]: the deepest holding label when the labels' cones hold, then the nearest
+    x = np.asarray(body["vector"])
+    holder = rt.holder_of(x) if rt.cones_hold else None
+    near = [n for n, _ in rt.nearest_nodes(x, 5)]
+    rest = labs if holder is None else labs[1:]
+    if holder is not None:
+        assert labs[0]["label"] == holder
+    assert [lab["label"] for lab in rest] == [n for n in near if n != holder][: len(rest)]
+    assert [x["distance"] for x in rest] == sorted(x["distance"] for x in rest)
+    assert len({lab["label"] for lab in labs}) == 5
 
 
 def test_search_by_picture(client, picture, rt):

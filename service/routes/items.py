@@ -58,6 +58,8 @@ def _out(rt: Runtime, item_id: str, item) -> ItemOut:
         label=item.label,
         vector=np.asarray(item.vector, dtype=np.float64).tolist(),
         distance_to_origin=float(rt.distance_to_origin(item.vector)),
+        holder=item.holder,
+        payload=item.payload if isinstance(item.payload, dict) else None,
         label_source=payload.get("label_source"),
         image=f"/v1/items/{item_id}/image" if has_image else None,
     )
@@ -88,7 +90,7 @@ def get_image(rt: RuntimeDep, item_id: ItemId) -> Response:
 @router.get(
     "/{item_id:path}",
     response_model=ItemOut,
-    summary="One item: label, vector, distance to the origin",
+    summary="One item: label, vector, distance to the origin, holding label, payload",
     responses={404: {"model": ErrorOut}, 422: {"model": ErrorOut}, 503: {"model": ErrorOut}},
 )
 def get_item(rt: RuntimeDep, item_id: ItemId) -> ItemOut:

@@ -32,7 +32,7 @@ def complete(
 @router.get(
     "/{name}",
     response_model=LabelOut,
-    summary="One label: parents, children, ancestors, depth and items under it",
+    summary="One label: its place in the taxonomy, items under it, its point and cone",
     responses={
         404: {"model": ErrorOut, "description": "unknown label, with close matches"},
         503: {"model": ErrorOut},
@@ -41,7 +41,8 @@ def complete(
 def get_label(rt: RuntimeDep, name: Annotated[str, Path(max_length=300)]) -> LabelOut:
     """`name` is a synset (`gym_shoe.n.01`) or a word (`sneaker`: its sense with
     the most items under it). `items` counts the items whose label is this node
-    or one of its descendants."""
+    or one of its descendants. `vector` is the label's point; `cone` its
+    entailment cone: the family, its parameters and the aperture at that point."""
     node = searching.resolve_label(rt, name, "name", status=404)
     tax = rt.taxonomy
     anc = sorted(tax.ancestors(node), key=lambda n: (-tax.depth(n), n))
@@ -54,4 +55,6 @@ def get_label(rt: RuntimeDep, name: Annotated[str, Path(max_length=300)]) -> Lab
         items=rt.items_under(node),
         words=tax.words(node),
         gloss=(tax.glosses or {}).get(node),
+        vector=rt.label_point(node).tolist(),
+        cone={**rt.cone_spec, "aperture": rt.aperture(node)},
     )

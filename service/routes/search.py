@@ -76,9 +76,12 @@ async def search(
     body: SearchIn, rt: RuntimeDep, settings: SettingsDep, searcher: SearcherDep
 ) -> SearchOut:
     """`nearest`: the k nearest items by geodesic distance (`level`, `via` null).
-    `hierarchical`: ordered by (level, distance); level 0 = items of the query's
-    label or below it, level 1 = what its parent adds (siblings), level 2 = its
-    grandparent (cousins), ...; `via` is that chain label.
+    `hierarchical`: ordered by (level, distance); `levels: "cone"` (the default
+    when the labels' cones hold their taxonomy): level 0 = items whose point the
+    cone of the query's label holds, level 1 = those only its parent's cone
+    holds (siblings), level 2 = its grandparent's (cousins), ...;
+    `levels: "taxonomy"`: level 0 = items whose label is the query's label or
+    below it, level 1 = what its parent adds, ...; `via` is that chain label.
     `query.label`: the label given (a word resolves to its sense with the most
     items), the item's label, or for a vector the nearest label prototype among
     the labels indexed items carry. A search by `id` leaves that item out."""
@@ -116,9 +119,11 @@ async def search_image(
 async def embed(
     data: Upload, rt: RuntimeDep, settings: SettingsDep, batcher: BatcherDep
 ) -> EmbedOut:
-    """`labels` are the 5 nearest nodes of the whole taxonomy (not only the
-    labels in use): a coarse answer such as `shoe.n.01` is a right answer for
-    an unseen kind of shoe."""
+    """`labels[0]` is the deepest label whose entailment cone holds the point
+    (when the loaded labels' cones hold their taxonomy and some cone holds the
+    point; otherwise the nearest node), the zero-shot answer: for an unseen
+    kind of shoe, `shoe.n.01`. Then the nearest nodes of the whole taxonomy
+    (not only the labels in use), 5 labels in all, none twice."""
     x, _ = await embed_upload(rt, settings, batcher, data)
     return await run_in_threadpool(_embed_out, rt, x)
 
@@ -127,5 +132,5 @@ def _embed_out(rt: Runtime, x) -> EmbedOut:
     return EmbedOut(
         vector=x.tolist(),
         distance_to_origin=float(rt.distance_to_origin(x)),
-        labels=[LabelDistance(label=n, distance=d) for n, d in rt.nearest_nodes(x, 5)],
+        labels=[LabelDistance(label=n, distance=d) for n, d in rt.embed_labels(x, 5)],
     )

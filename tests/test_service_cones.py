@@ -1,0 +1,251 @@
+"""The service over label cones that hold (a tiny taxonomy placed by the cap
+construction): holders stored and kept over a restart, cone levels of the
+hierarchical mode against a brute-force cone test, the taxonomy option, the
+label and item routes' cone fields, and /v1/embed's first label."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from indexing import HyperbolicIndex
+from models.geometry import cones as mcones
+from models.geometry import poincare_np
+from models.labels import LabelEmbedding
+from models.labels.construct import cap_construction
+from models.taxonomy import Taxonomy
+from service.runtime import Runtime
+
+from .test_service_support import app_client
+
+EDGES = [  # child, parent (a tree)
+    ("footwear", "entity"),
+    ("clothing", "entity"),
+    ("shoe", "footwear"),
+    ("sandal", "footwear"),
+    ("sneaker", "shoe"),
+    ("boot", "shoe"),
+    ("coat", "clothing"),
+    ("dress", "clothing"),
+]
+SPEC = mcones.cone_spec("cap", theta0=2.5, beta=0.5)
+DIM = 4
+
+
+def _labels() -> LabelEmbedding:
+    tax = Taxonomy.from_edges(EDGES)
+    placed = cap_construction(tax, DIM, theta0=SPEC["theta0"], beta=SPEC["beta"], seed=1)
+    emb = LabelEmbedding(
+        tax,
+        placed.points,
+        1.0,
+        config={"init": "cap", "cone_theta0": SPEC["theta0"], "cone_beta": SPEC["beta"]},
+    )
+    emb.cone = dict(SPEC)  # the checkpoint's cone field (older checkpoints: from config)
+    return emb
+
+
+LABELS = _labels()
+POINTS = {n: LABELS.embeddings[j].double().numpy() for j, n in enumerate(LABELS.taxonomy.names)}
+
+
+def margin(label: str, y: np.ndarray) -> float:
+    return float(mcones.membership_margin_np(POINTS[label], y, SPEC, c=1.0))
+
+
+def deepest_ref(y: np.ndarray) -> str | None:
+    """Brute force: of the labels whose cones hold ``y``, the deepest."""
+    held = [n for n in POINTS if margin(n, y) >= 0]
+    return max(held, key=LABELS.taxonomy.depth) if held else None
+
+
+def _beyond(label: str, rng, step: float) -> np.ndarray:
+    """A point on the label's ray, ``step`` farther from the origin, jittered a little."""
+    p = POINTS[label]
+    r = np.linalg.norm(p)
+    # the root sits at the origin: its items at right angles to its children
+    # (which are antipodal), outside both children's caps
+    f = POINTS["footwear"] / np.linalg.norm(POINTS["footwear"])
+    u = p / r if r > 0 else np.eye(DIM)[np.argmin(np.abs(f))] - f * f[np.argmin(np.abs(f))]
+    u = u / np.linalg.norm(u)
+    u = u + rng.normal(0, 0.01, DIM)
+    u /= np.linalg.norm(u)
+    rho = 2 * np.arctanh(r) + step
+    return np.tanh(rho / 2) * u
+
+
+@pytest.fixture(scope="module")
+def items():
+    """Points beyond every label on its ray (held by it, not by its children),
+    labelled by it, by another label, or not at all."""
+    rng = np.random.default_rng(0)
+    out = {}
+    names = sorted(POINTS)
+    for lab in names:
+        for j in range(8):
+            y = _beyond(lab, rng, rng.uniform(0.5, 3.0))
+            label = [lab, None, names[j % len(names)]][j % 3]
+            out[f"{lab}-{j}"] = (y, label)
+    return out
+
+
+def _open(path, items=None) -> Runtime:
+    index = HyperbolicIndex(dim=DIM, curvature=1.0, path=path)
+    rt = Runtime(index, LABELS, taxonomy=LABELS.taxonomy)
+    if items:
+        ids = list(items)
+        rt.upsert(ids, np.array([items[i][0] for i in ids]), [items[i][1] for i in ids])
+    return rt
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory, items):
+    rt = _open(tmp_path_factory.mktemp("cones") / "index", items)
+    with app_client(rt) as client:
+        yield rt, client
+    rt.close()
+
+
+def test_the_cones_hold_and_the_items_are_spread(served, items):
+    rt, _ = served
+    assert rt.cones_hold and rt.cones_held_share == 1.0 and rt.default_levels == "cone"
+    holders = {i: deepest_ref(y) for i, (y, _) in items.items()}
+    assert all(h == i.split("-")[0] for i, h in holders.items())  # held by its own label
+    for i in items:
+        assert rt.index.get(i).holder == holders[i]
+
+
+@pytest.mark.parametrize("query", ["sneaker", "sandal", "coat", "shoe"])
+def test_cone_levels_match_a_brute_force_cone_test(served, items, query):
+    """Level i: the item's own point is in the cone of chain[i] and not of chain[i-1]
+    (membership_margin_np over the chain), for labelled and unlabelled items."""
+    rt, client = served
+    body = client.post("/v1/search", json={"label": query, "mode": "hierarchical", "k": 1000})
+    assert body.status_code == 200, body.text
+    hits = body.json()["results"]
+    chain = rt.chain(query, "cone")
+    assert chain[0] == query and chain[-1] == "entity"
+    q = POINTS[query]
+    want = []
+    for i, (y, _) in items.items():
+        held = [lvl for lvl, lab in enumerate(chain) if margin(lab, y) >= 0]
+        if held:
+            d = float(poincare_np.dist(q, y, c=1.0))
+            want.append((held[0], d, i))
+    want.sort()
+    assert [(h["id"], h["level"], h["via"]) for h in hits] == [
+        (i, lvl, chain[lvl]) for lvl, _, i in want
+    ]
+    assert any(items[h["id"]][1] is None for h in hits)  # unlabelled items have levels too
+    np.testing.assert_allclose([h["distance"] for h in hits], [w[1] for w in want], rtol=1e-9)
+    # the fast path and the routes share the field; per_level keeps each level's nearest
+    few = client.post(
+        "/v1/search",
+        json={"label": query, "mode": "hierarchical", "k": 1000, "per_level": 2},
+    ).json()["results"]
+    for lvl in {h["level"] for h in hits}:
+        assert [h["id"] for h in few if h["level"] == lvl] == [
+            h["id"] for h in hits if h["level"] == lvl
+        ][:2]
+
+
+def test_taxonomy_levels_option(served, items):
+    rt, client = served
+    body = {"label": "sneaker", "mode": "hierarchical", "k": 1000, "levels": "taxonomy"}
+    hits = client.post("/v1/search", json=body).json()["results"]
+    chain = rt.chain("sneaker")
+    tax = LABELS.taxonomy
+
+    def level(label):
+        for lvl, lab in enumerate(chain):
+            if label == lab or lab in tax.ancestors(label):
+                return lvl
+        return None
+
+    got = [(h["id"], h["level"]) for h in hits]
+    want = sorted(
+        (level(lab), float(poincare_np.dist(POINTS["sneaker"], y, c=1.0)), i)
+        for i, (y, lab) in items.items()
+        if lab is not None
+    )
+    assert got == [(i, lvl) for lvl, _, i in want]
+    # the image search's query parameters take the field too (validated)
+    r = client.post("/v1/search", json={**body, "levels": "cones"})
+    assert r.status_code == 422 and "levels" in r.text
+
+
+def test_label_route_has_vector_and_cone(served):
+    _, client = served
+    body = client.get("/v1/labels/shoe").json()
+    np.testing.assert_array_equal(body["vector"], POINTS["shoe"])
+    cone = body["cone"]
+    assert {k: cone[k] for k in SPEC} == SPEC
+    assert cone["aperture"] == pytest.approx(
+        float(mcones.aperture_np(POINTS["shoe"], SPEC, c=1.0)), rel=1e-12
+    )
+    root = client.get("/v1/labels/entity").json()["cone"]["aperture"]
+    assert root > cone["aperture"] > 0
+
+
+def test_item_route_has_holder_and_payload(served, items):
+    rt, client = served
+    v = _beyond("boot", np.random.default_rng(5), 1.0)
+    r = client.put("/v1/items/new-boot", json={"vector": v.tolist()})
+    assert r.status_code in (200, 201), r.text
+    body = client.get("/v1/items/new-boot").json()
+    assert body["holder"] == "boot" == deepest_ref(v)
+    assert body["payload"]["label_source"] == "predicted"
+    got = client.get("/v1/items/sandal-1").json()
+    assert got["holder"] == "sandal" and got["label"] is None
+    rt.delete(["new-boot"])
+
+
+def test_embed_first_label_is_the_deepest_holding_cone(served):
+    """A point inside the cap of ``shoe`` but outside its children's: the first
+    label is ``shoe`` even where a child's point is nearer."""
+    rt, _ = served
+    rng = np.random.default_rng(2)
+    for _ in range(20):
+        y = _beyond("shoe", rng, rng.uniform(0.5, 4.0))
+        assert margin("shoe", y) >= 0
+        assert all(margin(ch, y) < 0 for ch in ("sneaker", "boot"))
+        labs = rt.embed_labels(y, 5)
+        assert labs[0][0] == "shoe"
+        assert len({n for n, _ in labs}) == 5
+        near = [n for n, _ in rt.nearest_nodes(y, 5) if n != "shoe"]
+        assert [n for n, _ in labs[1:]] == near[:4]
+    # a point no cone but the root's holds: the root first
+    far = _beyond("entity", rng, 0.1)
+    assert rt.embed_labels(far, 5)[0][0] == deepest_ref(far)
+
+
+def test_holders_survive_a_restart(tmp_path, items):
+    rt = _open(tmp_path / "index", items)
+    fp = rt.index.cones.fingerprint()
+    holders = {i: rt.index.get(i).holder for i in items}
+    rt.close()
+    index = HyperbolicIndex.open(tmp_path / "index")  # no cones given: the stored ones
+    assert index.cones is not None and index.cones.fingerprint() == fp
+    assert index.cones.spec == SPEC
+    assert {i: index.get(i).holder for i in items} == holders
+    index.close()
+    rt = _open(tmp_path / "index")  # the same labels: nothing recomputed, same holders
+    assert {i: rt.index.get(i).holder for i in items} == holders
+    hits = rt.index.search_hierarchical(POINTS["coat"], rt.chain("coat", "cone"), rt.cones.held_by)
+    assert hits and hits[0].level == 0
+    rt.close()
+
+
+def test_cone_and_taxonomy_levels_agree_on_well_labelled_items(tmp_path, items):
+    from service.crosscheck import level_agreement
+
+    good = {i: v for i, v in items.items() if v[1] == i.split("-")[0]}
+    rt = _open(tmp_path / "good", good)
+    got = level_agreement(rt)
+    assert got["agreement"] == 1.0 and got["holder_agreement"] == 1.0
+    assert got["pairs"] == got["queries"] * len(good)
+    rt.close()
+    rt = _open(tmp_path / "all", items)  # a third of the labels are another node's
+    got = level_agreement(rt)
+    assert 0.5 < got["agreement"] < 1.0 and got["holder_agreement"] < 1.0
+    rt.close()
