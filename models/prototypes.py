@@ -15,18 +15,52 @@ index builds and jobs (:func:`indexing.build.build_index`,
   build time these are the labels of the index's items when the build starts
   together with the labels the build's own sources are given (they are indexed
   by the same build); when there are none at all, every node of the taxonomy.
+
+The deepest holding cone: how a point gets a label from the geometry.
+
+:func:`deepest_holder` (exact signature, kept stable for the service)::
+
+    deepest_holder(points, label_names, label_points, children_of, spec, c,
+                   *, fallback=None, tol=0.0) -> list[str]
+
+* ``points`` (n, D) float64 (one point (D,) is taken as n = 1);
+  ``label_names`` (m,) and ``label_points`` (m, D) float64, row j is
+  ``label_names[j]``; ``children_of`` maps a label name to its children's
+  names (a ``Mapping`` or a callable such as ``Taxonomy.children``; children
+  that are not in ``label_names`` are skipped); ``spec`` a cone description
+  (:func:`models.geometry.cones.cone_spec`; a label checkpoint's is
+  :func:`label_cone_spec`); ``c`` the curvature.
+* The rule: start at the roots (labels that are nobody's child among
+  ``label_names``) whose cone holds the point (membership margin
+  :func:`models.geometry.cones.membership_margin_np` ``>= -tol``), take the
+  one of largest margin, then repeatedly step to the child of largest margin
+  among the children whose cone holds the point; the answer is the last label
+  reached. With the cap family sibling caps are disjoint, so in a tree at most
+  one child holds a point and "largest margin" only decides between the
+  parents of a DAG's shared child.
+* Fall-back, for points that no root's cone holds: ``fallback(rows)`` (a
+  callable on the (k, D) points, returning k names) when given, else the
+  nearest label point by geodesic distance (:meth:`Prototypes.nearest`, the
+  rule of the rest of this module, among ``label_names``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from .geometry import poincare_np
+from .geometry import cones, poincare_np
 
-__all__ = ["Prototypes", "nearest_rows", "prediction_labels"]
+__all__ = [
+    "Prototypes",
+    "deepest_holder",
+    "label_cone_spec",
+    "nearest_rows",
+    "prediction_labels",
+]
 
 _CHUNK = 4_000_000  # distances computed at a time (rows x prototypes)
 
@@ -92,3 +126,84 @@ class Prototypes:
         d = poincare_np.pairwise_dist(q, self.points, c=self.curvature, gy=self.gaps)[0]
         idx = np.argsort(d, kind="stable")[: min(k, len(d))]
         return [(self.names[j], float(d[j])) for j in idx.tolist()]
+
+
+# ---------------------------------------------------------------- the deepest holding cone
+
+
+def label_cone_spec(labels) -> dict[str, Any]:
+    """The cone family of a :class:`models.labels.LabelEmbedding`.
+
+    Its ``cone`` attribute when it has one; else (checkpoints written before
+    the attribute) caps of the configured ``cone_theta0`` / ``cone_beta`` for
+    the cap construction (``config["init"] == "cap"``), Ganea cones of
+    ``cone_K`` otherwise.
+    """
+    spec = getattr(labels, "cone", None)
+    if spec:
+        return cones.cone_spec(**spec)
+    cfg = getattr(labels, "config", None) or {}
+    if cfg.get("init") == "cap":
+        return cones.cone_spec(
+            "cap", theta0=cfg.get("cone_theta0", 2.5), beta=cfg.get("cone_beta", 0.5)
+        )
+    return cones.cone_spec("ganea", K=cfg.get("cone_K", 0.1))
+
+
+def _children_table(
+    label_names: Sequence[str], children_of: Mapping[str, Iterable[str]] | Callable
+) -> tuple[list[list[int]], list[int]]:
+    row = {n: j for j, n in enumerate(label_names)}
+    get = children_of.get if isinstance(children_of, Mapping) else children_of
+    kids: list[list[int]] = []
+    is_child = np.zeros(len(label_names), dtype=bool)
+    for name in label_names:
+        ks = [row[k] for k in (get(name) or ()) if k in row]
+        kids.append(ks)
+        is_child[ks] = True
+    return kids, np.flatnonzero(~is_child).tolist()
+
+
+def deepest_holder(
+    points,
+    label_names: Sequence[str],
+    label_points,
+    children_of: Mapping[str, Iterable[str]] | Callable[[str], Iterable[str]],
+    spec: dict[str, Any],
+    c: float,
+    *,
+    fallback: Callable[[np.ndarray], list[str]] | None = None,
+    tol: float = 0.0,
+) -> list[str]:
+    """The deepest label whose cone holds each point (see the module docstring), (n,) names."""
+    names = list(label_names)
+    lp = np.asarray(label_points, dtype=np.float64).reshape(len(names), -1)
+    x = np.asarray(points, dtype=np.float64).reshape(-1, lp.shape[1])
+    if len(names) == 0:
+        raise ValueError("deepest_holder needs at least one label")
+    kids, roots = _children_table(names, children_of)
+    out: list[str | None] = [None] * len(x)
+    step = max(1, _CHUNK // max(1, len(names) * lp.shape[1]))
+    for a in range(0, len(x), step):
+        m = cones.membership_margin_np(lp[None, :, :], x[a : a + step, None, :], spec, c=c)
+        held = m >= -tol  # (b, m)
+        for b in range(len(m)):
+            cur = -1
+            cand = roots
+            for _ in range(len(names)):  # a DAG: every step goes one level deeper
+                ok = [j for j in cand if held[b, j]]
+                if not ok:
+                    break
+                cur = max(ok, key=lambda j: m[b, j])
+                cand = kids[cur]
+            if cur >= 0:
+                out[a + b] = names[cur]
+    lost = [i for i, v in enumerate(out) if v is None]
+    if lost:
+        if fallback is None:
+            fb = Prototypes.of(names, lp, c).nearest(x[lost])
+        else:
+            fb = list(fallback(x[lost]))
+        for i, v in zip(lost, fb, strict=True):
+            out[i] = v
+    return out  # type: ignore[return-value]
