@@ -14,7 +14,13 @@ The default objective (``loss="prototype"``): softmax cross-entropy over
 image's class is the target; its ancestors are neither target nor negative;
 held-out classes and their subtrees are left out entirely), plus ``pull``
 times :math:`d(z, p_{class})`, which gathers each class around its label
-point. The head works around a base point, the Einstein midpoint of the
+point. With ``cone_weight`` > 0 (default 1, ball geometry) the cone term
+:func:`models.losses.cone_hinge` (``cone_weight`` times it) asks each image to
+lie inside the cone of its class's label point (in the label checkpoint's cone
+family, :func:`models.prototypes.label_cone_spec`; with nested cones, inside
+every ancestor's too) and outside the cones of the other trained classes; a
+cone lies beyond its label point, so the head's default reach is then
+``cone_reach`` farther. The head works around a base point, the Einstein midpoint of the
 trained classes' label points (see :class:`models.heads.HyperbolicHead`): the
 label points of a deep WordNet subtree sit in a thin cone far from the
 origin (the Fashion-MNIST classes point in nearly the same direction), and
