@@ -14,7 +14,7 @@ The default objective (``loss="prototype"``): softmax cross-entropy over
 image's class is the target; its ancestors are neither target nor negative;
 held-out classes and their subtrees are left out entirely), plus ``pull``
 times :math:`d(z, p_{class})`, which gathers each class around its label
-point. With ``cone_weight`` > 0 (default 1, ball geometry) the cone term
+point. With ``cone_weight`` > 0 (default 0: off, see the README; ball geometry) the cone term
 :func:`models.losses.cone_hinge` (``cone_weight`` times it) asks each image to
 lie inside the cone of its class's label point (in the label checkpoint's cone
 family, :func:`models.prototypes.label_cone_spec`; with nested cones, inside

@@ -48,7 +48,7 @@ class TrainConfig:
     tau: float = 1.0  # temperature of prototype / pairwise / ntxent logits -d/tau
     pull: float = 0.3  # prototype loss: weight of the mean distance to the class prototype
     margin: float = 1.0  # margin rank loss
-    cone_weight: float = 1.0  # labelled objectives on the ball: weight of the cone hinge
+    cone_weight: float = 0.0  # labelled objectives on the ball: weight of the cone hinge
     # (losses.cone_hinge: each image inside its class's label cone, outside other classes'); 0: off
     cone_margin: float = 0.25  # its margin in log aperture ratio
     cone_reach: float = 2.0  # with the cone term, the head's default reach beyond the farthest

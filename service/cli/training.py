@@ -226,7 +226,7 @@ def add_commands(sub) -> None:
         "--cone-weight",
         type=nonneg_float,
         default=None,
-        help="weight of the cone term: images inside their class's label cone (default 1; 0: off)",
+        help="weight of the cone term: images inside their class's label cone (default 0: off)",
     )
     tn.add_argument(
         "--tau", type=positive_float, default=None, help="temperature of the logits -d/tau"
