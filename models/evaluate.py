@@ -26,6 +26,17 @@ Euclidean twin). Definitions (``q`` a query of class ``c``, ranked list
   lowest common ancestor of the classes it hesitates between. The same rule
   for trained and held-out classes; reported as hierarchical Hit@1, exact
   accuracy and the share of images that backed off.
+* **cone shares** (``cones``, ball models only): with the label
+  checkpoint's cone family (:func:`models.prototypes.label_cone_spec`,
+  membership by :func:`models.geometry.cones.membership_margin_np` ``>= 0``),
+  the share of test images of trained classes inside their class's cone
+  (``in_class``), the mean over images of the share of their class's
+  ancestors whose cone holds them (``in_ancestors_mean``), the share held by
+  every ancestor's cone (``in_all_ancestors``), and the share inside the cone
+  of a trained class that is neither the class nor an ancestor
+  (``in_other_class``). ``deepest_hier_hit@1``: the deepest holding label
+  (:func:`models.prototypes.deepest_holder` over every taxonomy node) is the
+  class or a parent.
 * **name search precision@50** of a held-out class: share of its images among
   the 50 test images nearest to its label prototype.
 * **OOD AUROC**: Fashion-MNIST test images (positive) against the
@@ -47,8 +58,10 @@ import numpy as np
 import torch
 
 from .data import ImageSet
+from .geometry.cones import membership_margin_np
 from .geometry.delta import delta_hyperbolicity
 from .heads import Space
+from .prototypes import deepest_holder, label_cone_spec
 
 __all__ = [
     "auroc",
@@ -243,6 +256,77 @@ def backoff_hits(preds: list[str], nodes: list[str], taxonomy) -> dict[str, floa
     return {"hier_hit@1": hit / n, "acc": exact / n}
 
 
+def _held(apex_rows, z: np.ndarray, P: np.ndarray, spec, c: float) -> np.ndarray:
+    """held[i, j]: point i in the cone of label row apex_rows[j] (bool (n, len(apex_rows)))."""
+    out = np.zeros((len(z), len(apex_rows)), dtype=bool)
+    if len(apex_rows) == 0 or len(z) == 0:
+        return out
+    A = P[np.asarray(apex_rows)]
+    step = max(1, 2_000_000 // (len(apex_rows) * P.shape[1]))
+    for s in range(0, len(z), step):
+        m = membership_margin_np(A[None, :, :], z[s : s + step, None, :], spec, c=c)
+        out[s : s + step] = m >= 0
+    return out
+
+
+def cone_shares(z: torch.Tensor, nodes: list[str], seen: list[str], labels) -> dict:
+    """The cone shares of the module docstring for points ``z`` of class nodes ``nodes``."""
+    tax = labels.taxonomy
+    spec = label_cone_spec(labels)
+    c = float(labels.curvature)
+    P = labels.embeddings.detach().double().numpy()
+    x = z.detach().double().numpy()
+    out: dict = {"family": spec["family"], "images": len(nodes)}
+    if not nodes:
+        return out | {
+            "in_class": 0.0,
+            "in_ancestors_mean": 0.0,
+            "in_all_ancestors": 0.0,
+            "in_other_class": 0.0,
+        }
+    anc_names = sorted(
+        set().union(*(tax.ancestors(n) for n in set(nodes))) | set(nodes) | set(seen)
+    )
+    rows = [tax.index(n) for n in anc_names]
+    col = {n: j for j, n in enumerate(anc_names)}
+    held = _held(rows, x, P, spec, c)
+    own = np.array([held[i, col[n]] for i, n in enumerate(nodes)])
+    anc_share, anc_all, other = [], [], []
+    for i, n in enumerate(nodes):
+        anc = sorted(tax.ancestors(n))
+        h = [held[i, col[a]] for a in anc]
+        anc_share.append(np.mean(h) if h else 1.0)
+        anc_all.append(all(h))
+        up = tax.ancestors(n) | {n}
+        other.append(any(held[i, col[k]] for k in seen if k not in up))
+    deepest = deepest_holder(x, tax.names, P, tax.children, spec, c)
+    hit = [d == n or d in tax.parents(n) for d, n in zip(deepest, nodes, strict=True)]
+    return out | {
+        "in_class": float(own.mean()),
+        "in_ancestors_mean": float(np.mean(anc_share)),
+        "in_all_ancestors": float(np.mean(anc_all)),
+        "in_other_class": float(np.mean(other)),
+        "deepest_hier_hit@1": float(np.mean(hit)),
+    }
+
+
+def deepest_hits(z: torch.Tensor, nodes: list[str], candidates: list[str], labels) -> float:
+    """Share of points whose deepest holding label among ``candidates`` is the class or a parent."""
+    if not nodes:
+        return 0.0
+    tax = labels.taxonomy
+    P = labels.embeddings.detach().double().numpy()[[tax.index(n) for n in candidates]]
+    pred = deepest_holder(
+        z.detach().double().numpy(),
+        candidates,
+        P,
+        tax.children,
+        label_cone_spec(labels),
+        float(labels.curvature),
+    )
+    return float(np.mean([p == n or p in tax.parents(n) for p, n in zip(pred, nodes, strict=True)]))
+
+
 def auroc(pos: np.ndarray, neg: np.ndarray) -> float:
     """Area under the ROC curve of scores where ``pos`` should be higher (ties count half)."""
     pos, neg = np.asarray(pos, np.float64), np.asarray(neg, np.float64)
@@ -325,6 +409,9 @@ def evaluate_model(
         **backoff_hits(preds, [item_nodes[i] for i in seen_rows], tax),
         "backed_off": float(backed.mean()) if len(backed) else 0.0,
     }
+    ball = model.geometry == "poincare"
+    if ball:
+        out["cones"] = cone_shares(z[seen_rows], [item_nodes[i] for i in seen_rows], seen, labels)
     bar.update(1)
 
     if holdout:
@@ -343,6 +430,7 @@ def evaluate_model(
             gzsl = label_hits(z[rows], [node] * len(rows), tax.names, labels, space, ks=(1,))
             bo, _ = backoff_predict(z[rows], seen, not_seen, *bo_args)
             bo_all, _ = backoff_predict(z[rows], seen, tax.names, *bo_args)
+            parents = tax.parents(node)
             zs[node] = {
                 "images": len(rows),
                 "name_precision@50": prec,
@@ -353,6 +441,21 @@ def evaluate_model(
                     "hier_hit@1"
                 ],
             }
+            if ball:
+                held = _held(
+                    [tax.index(p) for p in parents],
+                    z[rows].double().numpy(),
+                    labels.embeddings.double().numpy(),
+                    label_cone_spec(labels),
+                    float(labels.curvature),
+                )
+                zs[node]["in_parent_cone"] = float(held.any(1).mean()) if len(rows) else 0.0
+                zs[node]["cone_hier_hit@1"] = deepest_hits(
+                    z[rows], [node] * len(rows), not_seen, labels
+                )
+                zs[node]["cone_hier_hit@1_all_nodes"] = deepest_hits(
+                    z[rows], [node] * len(rows), tax.names, labels
+                )
         nodes_rows = [item_nodes[i] for i in all_rows]
         bo, _ = backoff_predict(z[all_rows], seen, not_seen, *bo_args)
         out["zero_shot"] = {
@@ -363,6 +466,11 @@ def evaluate_model(
             "backoff_hier_hit@1": backoff_hits(bo, nodes_rows, tax)["hier_hit@1"],
             "name_precision@50": float(np.mean([v["name_precision@50"] for v in zs.values()])),
         }
+        if ball:
+            w = np.array([v["images"] for v in zs.values()], dtype=np.float64)
+            for key in ("in_parent_cone", "cone_hier_hit@1", "cone_hier_hit@1_all_nodes"):
+                vals = np.array([v[key] for v in zs.values()])
+                out["zero_shot"][key] = float((vals * w).sum() / max(1.0, w.sum()))
     bar.update(1)
 
     if ood:

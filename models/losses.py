@@ -18,6 +18,11 @@ Without a taxonomy, on two views of each image (``z1[i]``, ``z2[i]``):
 
 and on a labelled batch:
 
+* :func:`cone_hinge`: images inside the entailment cone of their class's
+  label point and outside the cones of the other trained classes (the
+  hierarchy in the geometry; added to the labelled objectives with
+  ``cone_weight``, see :func:`build_criterion`);
+
 * :func:`circle_loss` (Sun et al. 2020) on similarities :math:`s = 1 -
   d/\sigma` (an affine map of :math:`-d`), with the paper's optima
   :math:`O_p = 1 + m`, :math:`O_n = -m` and margins :math:`\Delta_p = 1 - m`,
@@ -37,13 +42,18 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from .geometry import cones
 from .heads import Space
 
 __all__ = [
     "LOSSES",
     "Objective",
     "Prototypes",
+    "ConeTargets",
+    "build_criterion",
     "circle_loss",
+    "cone_hinge",
+    "cone_ratio",
     "margin_rank",
     "nt_xent",
     "pairwise_ce",
@@ -148,6 +158,51 @@ def circle_loss(
     return loss.mean()
 
 
+def cone_ratio(apex: torch.Tensor, z: torch.Tensor, spec: dict, c: float) -> torch.Tensor:
+    r"""How much of the cone of ``apex`` (K, D) the point ``z`` (n, D) uses, (n, K).
+
+    :math:`r = 1 - m(p, z)/a(p)` with :math:`m` the membership margin and
+    :math:`a` the aperture (:func:`models.geometry.cones.membership_margin`,
+    :func:`~models.geometry.cones.aperture`): ``z`` is in the cone iff
+    :math:`r \le 1`. For caps :math:`r = (\angle(p, z) + \theta(z))/\theta(p)`,
+    for Ganea cones :math:`\Xi(p, z)/\psi(p)`; scale-free, so the deep classes'
+    tiny apertures (1e-3 rad for the default taxonomy) weigh as much as the
+    shallow ones'.
+    """
+    margin = cones.membership_margin(apex[None, :, :], z[:, None, :], spec, c=c)  # (n, K)
+    ap = cones.aperture(apex, spec, c=c)[None, :]
+    return 1 - margin / ap
+
+
+def cone_hinge(
+    z: torch.Tensor,
+    y: torch.Tensor,
+    apex: torch.Tensor,
+    other: torch.Tensor,
+    spec: dict,
+    c: float,
+    margin: float = 0.25,
+    neg_margin: float = 0.05,
+) -> torch.Tensor:
+    r"""Cone hinge, the mean over images of
+    :math:`[\log r_y + m]_+ + \operatorname{mean}_{k \in O_y}[m' - \log r_k]_+`.
+
+    ``r`` is :func:`cone_ratio` against the trained classes' label points
+    ``apex`` (K, D); ``other`` (K, K) bool marks, per class, the classes whose
+    cones it must stay out of (the trained classes that are neither itself nor
+    an ancestor). In log ratio the hinge is bounded for points far off in
+    angle and, near the class point, :math:`\log r_y \le -m` asks for a radius
+    beyond the label point's (for caps with :math:`\beta`: at least
+    :math:`m/\beta` more).
+    """
+    r = cone_ratio(apex, z, spec, c).clamp_min(1e-12)
+    logr = r.log()
+    own = (logr.gather(1, y[:, None]).squeeze(1) + margin).clamp_min(0)
+    mask = other[y].to(logr.dtype)  # (n, K)
+    neg = ((neg_margin - logr).clamp_min(0) * mask).sum(1) / mask.sum(1).clamp_min(1)
+    return (own + neg).mean()
+
+
 # ---------------------------------------------------------------- the objectives of training
 
 
@@ -160,13 +215,26 @@ class Prototypes:
     candidates of the prototype loss and each class's position among them
     (the classes themselves, or every taxonomy node outside the held-out
     subtrees); ``exclude`` (K, M): per class, the candidates that are neither
-    target nor negative (its ancestors), or None.
+    target nor negative (its ancestors), or None. ``cone``: what the cone
+    term needs (a :class:`ConeTargets`), None without it.
     """
 
     classes: torch.Tensor
     points: torch.Tensor
     target: torch.Tensor
     exclude: torch.Tensor | None = None
+    cone: ConeTargets | None = None
+
+
+@dataclass
+class ConeTargets:
+    """The cone term's data: the trained classes' label points in the ball ``apex`` (K, D),
+    ``other`` (K, K) (the cones each class must stay out of), the cone ``spec``, curvature ``c``."""
+
+    apex: torch.Tensor
+    other: torch.Tensor
+    spec: dict
+    c: float
 
 
 #: a criterion: (z (n, D) or two views stacked (2n, D), y (n,)) -> scalar loss
@@ -221,6 +289,24 @@ class Objective:
     needs_protos: bool
     two_views: bool
     needs_labels: bool
+
+
+def build_criterion(cfg, space: Space, protos: Prototypes | None) -> Criterion:
+    """The criterion of ``cfg.loss`` (:data:`LOSSES`), plus ``cfg.cone_weight`` times
+    :func:`cone_hinge` when the prototypes carry cone targets (labelled objectives on the
+    Poincaré ball; the images' points are the first view)."""
+    base = LOSSES[cfg.loss].build(cfg, space, protos)
+    weight = float(getattr(cfg, "cone_weight", 0.0))
+    if protos is None or protos.cone is None or weight <= 0:
+        return base
+    ct = protos.cone
+
+    def criterion(z, y):
+        zc = z[: len(y)]
+        term = cone_hinge(zc, y, ct.apex, ct.other, ct.spec, ct.c, cfg.cone_margin)
+        return base(z, y) + weight * term
+
+    return criterion
 
 
 #: objective name -> how to train with it (the one place a loss is chosen)

@@ -14,7 +14,13 @@ The default objective (``loss="prototype"``): softmax cross-entropy over
 image's class is the target; its ancestors are neither target nor negative;
 held-out classes and their subtrees are left out entirely), plus ``pull``
 times :math:`d(z, p_{class})`, which gathers each class around its label
-point. The head works around a base point, the Einstein midpoint of the
+point. With ``cone_weight`` > 0 (default 0: off, see the README; ball geometry) the cone term
+:func:`models.losses.cone_hinge` (``cone_weight`` times it) asks each image to
+lie inside the cone of its class's label point (in the label checkpoint's cone
+family, :func:`models.prototypes.label_cone_spec`; with nested cones, inside
+every ancestor's too) and outside the cones of the other trained classes; a
+cone lies beyond its label point, so the head's default reach is then
+``cone_reach`` farther. The head works around a base point, the Einstein midpoint of the
 trained classes' label points (see :class:`models.heads.HyperbolicHead`): the
 label points of a deep WordNet subtree sit in a thin cone far from the
 origin (the Fashion-MNIST classes point in nearly the same direction), and
@@ -66,7 +72,8 @@ from .geometry import poincare
 from .heads import HeadConfig, Space, build_head, make_space
 from .image_model import ImageModel
 from .labels import LabelEmbedding
-from .losses import Criterion, Prototypes
+from .losses import ConeTargets, Criterion, Prototypes, build_criterion
+from .prototypes import label_cone_spec
 from .train_config import TrainConfig, TrainError
 from .train_data import Prepared, prepare_data
 from .train_state import load_partial_config, resume_run, save_run
@@ -147,8 +154,9 @@ def _prototypes(
 ) -> Prototypes:
     """The trained classes' label points, and the candidates of the prototype loss."""
     classes = space.from_ball(class_points)  # (K, D)
+    cone = _cone_targets(cfg, labels, seen_nodes, class_points)
     if cfg.negatives != "taxonomy":
-        return Prototypes(classes, classes, torch.arange(len(seen_nodes)))
+        return Prototypes(classes, classes, torch.arange(len(seen_nodes)), cone=cone)
     # every node but the held-out subtrees; each class's ancestors excluded from its softmax
     tax = labels.taxonomy
     held = set(cfg.holdout).union(*(tax.descendants(h) for h in cfg.holdout))
@@ -160,7 +168,22 @@ def _prototypes(
     exclude = torch.zeros(len(seen_nodes), len(nodes), dtype=torch.bool)
     for k, node in enumerate(seen_nodes):
         exclude[k, [pos[a] for a in tax.ancestors(node) if a in pos]] = True
-    return Prototypes(classes, points, target, exclude)
+    return Prototypes(classes, points, target, exclude, cone=cone)
+
+
+def _cone_targets(
+    cfg: TrainConfig, labels: LabelEmbedding, seen_nodes: list[str], class_points: torch.Tensor
+) -> ConeTargets | None:
+    """The cone term's targets (ball geometry and ``cone_weight`` > 0), else None."""
+    if cfg.cone_weight <= 0 or cfg.geometry != "poincare":
+        return None
+    tax = labels.taxonomy
+    k = len(seen_nodes)
+    other = torch.ones(k, k, dtype=torch.bool)
+    for i, node in enumerate(seen_nodes):
+        anc = tax.ancestors(node) | {node}
+        other[i] = torch.tensor([n not in anc for n in seen_nodes])
+    return ConeTargets(class_points, other, label_cone_spec(labels), labels.curvature)
 
 
 def build_model(cfg: TrainConfig, labels: LabelEmbedding, prep: Prepared) -> Model:
@@ -188,6 +211,8 @@ def build_model(cfg: TrainConfig, labels: LabelEmbedding, prep: Prepared) -> Mod
         if objective.needs_protos:
             far = float(poincare.dist(base.expand_as(class_points), class_points, c=c).max())
             clip_r = far * math.sqrt(c) / 2 + 0.5
+            if protos is not None and protos.cone is not None:
+                clip_r += cfg.cone_reach * math.sqrt(c) / 2  # beyond the label points
         else:
             clip_r = 2.3  # Hyp-ViT
     enc_cfg = EncoderConfig(
@@ -404,7 +429,7 @@ def _train(cfg, labels, progress, checkpoint_path, resume, data, max_seconds) ->
     iters_per_epoch = n // bs  # drop the last partial batch (batch norm, pair losses)
     two_views = objective.two_views
     step = Step(
-        criterion=objective.build(cfg, model.space, model.protos),
+        criterion=build_criterion(cfg, model.space, model.protos),
         opt=opt,
         params=params,
         augment=Augment(

@@ -48,6 +48,11 @@ class TrainConfig:
     tau: float = 1.0  # temperature of prototype / pairwise / ntxent logits -d/tau
     pull: float = 0.3  # prototype loss: weight of the mean distance to the class prototype
     margin: float = 1.0  # margin rank loss
+    cone_weight: float = 0.0  # labelled objectives on the ball: weight of the cone hinge
+    # (losses.cone_hinge: each image inside its class's label cone, outside other classes'); 0: off
+    cone_margin: float = 0.25  # its margin in log aperture ratio
+    cone_reach: float = 2.0  # with the cone term, the head's default reach beyond the farthest
+    # class (hyperbolic distance): inside a cone lies beyond its label point
     aux: float = 1.0  # weight of an auxiliary softmax classifier on the encoder's features
     # (labelled losses; the classifier is dropped after training)
     augment: str = "none"  # none, shift, light, strong (two-view objectives use strong)
@@ -89,6 +94,8 @@ class TrainConfig:
             raise TrainError(f"unknown negatives {self.negatives!r} (classes or taxonomy)")
         if not (0 <= self.val_fraction < 1):
             raise TrainError(f"val fraction must be in [0, 1), got {self.val_fraction}")
+        if not (self.cone_weight >= 0 and self.cone_margin >= 0 and self.cone_reach >= 0):
+            raise TrainError("cone weight, margin and reach must be >= 0")
         for name in ("lr", "tau", "margin"):
             if not getattr(self, name) > 0:
                 raise TrainError(f"{name} must be positive")

@@ -49,6 +49,7 @@ _TRAIN_FIELDS = (
     "negatives",
     "pull",
     "tau",
+    "cone_weight",
 )
 
 
@@ -220,6 +221,12 @@ def add_commands(sub) -> None:
         type=nonneg_float,
         default=None,
         help="weight of the distance to the class prototype",
+    )
+    tn.add_argument(
+        "--cone-weight",
+        type=nonneg_float,
+        default=None,
+        help="weight of the cone term: images inside their class's label cone (default 0: off)",
     )
     tn.add_argument(
         "--tau", type=positive_float, default=None, help="temperature of the logits -d/tau"
