@@ -132,22 +132,10 @@ class Prototypes:
 
 
 def label_cone_spec(labels) -> dict[str, Any]:
-    """The cone family of a :class:`models.labels.LabelEmbedding`.
-
-    Its ``cone`` attribute when it has one; else (checkpoints written before
-    the attribute) caps of the configured ``cone_theta0`` / ``cone_beta`` for
-    the cap construction (``config["init"] == "cap"``), Ganea cones of
-    ``cone_K`` otherwise.
-    """
-    spec = getattr(labels, "cone", None)
-    if spec:
-        return cones.cone_spec(**spec)
-    cfg = getattr(labels, "config", None) or {}
-    if cfg.get("init") == "cap":
-        return cones.cone_spec(
-            "cap", theta0=cfg.get("cone_theta0", 2.5), beta=cfg.get("cone_beta", 0.5)
-        )
-    return cones.cone_spec("ganea", K=cfg.get("cone_K", 0.1))
+    """The cone family of a :class:`models.labels.LabelEmbedding`, validated
+    (checkpoints written before the family was saved load as Ganea cones of
+    their ``cone_K``: :meth:`models.labels.LabelEmbedding.from_tensors`)."""
+    return cones.cone_spec(**labels.cone)
 
 
 def _children_table(

@@ -100,14 +100,13 @@ def test_deepest_holder_one_point_and_label_subset():
     assert deepest_holder(q, keep, sub, tax.children, CAP, 1.0) == ["dog"]
 
 
-def test_label_cone_spec_fallbacks():
-    tax = hand_tree()
-    emb = cap_labels(tax)
-    assert label_cone_spec(emb)["family"] == "cap"
-    emb.cone = None
-    assert label_cone_spec(emb) == CAP  # from the cap init's config
-    emb.config = {}
-    assert label_cone_spec(emb)["family"] == "ganea"
+def test_label_cone_spec_survives_a_checkpoint(tmp_path):
+    from models.labels import LabelEmbedding
+
+    emb = cap_labels(hand_tree())
+    assert label_cone_spec(emb) == CAP
+    emb.save(tmp_path / "l.safetensors")
+    assert label_cone_spec(LabelEmbedding.load(tmp_path / "l.safetensors")) == CAP
 
 
 # ---------------------------------------------------------------- training and evaluation
