@@ -50,7 +50,6 @@ from .backbones import BackboneError, CropPreprocess, load_lite0
 from .checkpoint import CheckpointError
 from .geometry import poincare
 from .heads import Space, make_space
-from .image_model import _chunks
 from .labels import LabelEmbedding, LabelTrainConfig, train_labels
 from .taxonomy import DEFAULT_WORDNET_DIR, Taxonomy
 
@@ -348,3 +347,12 @@ def _cached_synsets(cache_dir, wordnet_dir) -> list[str]:
     except OSError:
         pass
     return names
+
+
+def _chunks(images, size: int):
+    if isinstance(images, (list, tuple)):
+        for i in range(0, len(images), size):
+            yield list(images[i : i + size])
+        return
+    for i in range(0, len(images), size):
+        yield images[i : i + size]
