@@ -32,7 +32,7 @@ from .encoders import EncoderConfig, build_encoder
 from .heads import HeadConfig, Space, build_head, make_space
 from .labels import LabelEmbedding
 
-__all__ = ["ImageModel", "KIND"]
+__all__ = ["ImageModel", "KIND", "load_model"]
 
 KIND = "model"
 
@@ -239,6 +239,18 @@ class ImageModel:
             f"c={self.curvature:g}, "
             f"{len(self.classes)} classes, holdout={self.holdout}, version={self.version[:12]})"
         )
+
+
+def load_model(spec: str | os.PathLike, **kwargs):
+    """The one resolver of a ``--model`` argument: ``pretrained:NAME`` (a built-in
+    pretrained model, :mod:`models.pretrained`; ``kwargs`` go to
+    :func:`~models.pretrained.load_pretrained`) or the path of a model checkpoint.
+    Failures raise :class:`~models.checkpoint.CheckpointError` with one line."""
+    from .pretrained import is_pretrained, load_pretrained
+
+    if is_pretrained(spec):
+        return load_pretrained(str(spec), **kwargs)
+    return ImageModel.load(spec)
 
 
 def _chunks(images, size: int):

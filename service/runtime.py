@@ -401,11 +401,15 @@ def open_runtime(settings) -> Runtime:
     model = None
     try:
         if settings.model is not None:
-            from models.image_model import ImageModel
+            from models.image_model import load_model
 
-            if not Path(settings.model).is_file():
+            spec = str(settings.model)
+            if not spec.startswith("pretrained:") and not Path(spec).is_file():
                 raise StartupError(f"model: no such file {settings.model}")
-            model = ImageModel.load(settings.model)
+            kw = {"cache_dir": Path(settings.home) / "pretrained"}
+            if settings.wordnet_dir is not None:
+                kw["wordnet_dir"] = settings.wordnet_dir
+            model = load_model(spec, **kw) if spec.startswith("pretrained:") else load_model(spec)
             labels = model.labels
         elif settings.labels is not None:
             if not Path(settings.labels).is_file():

@@ -76,6 +76,12 @@ def need_path(flag: str, path: str) -> Path:
     return Path(path)
 
 
+def need_model(flag: str, spec: str) -> None:
+    """A model checkpoint that is a file, or a built-in ``pretrained:NAME`` (checked at load)."""
+    if not spec.startswith("pretrained:"):
+        need_file(flag, spec)
+
+
 def need_file(flag: str, path: str) -> Path:
     """``path`` when it is a file, else a :class:`CliError`."""
     if not Path(path).is_file():

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from .argtypes import nonneg_int, positive_int
-from .common import add_common, command, emit, need_file, subcommands
+from .common import add_common, command, emit, need_model, subcommands
 from .errors import CliError
 
 _BUILD_HELP = "embed a data set split, a folder or a manifest into an index (resumable)"
@@ -25,10 +25,10 @@ def cmd_index_build(args: argparse.Namespace) -> int:
     from indexing import IndexInputError, IndexStoreError
     from indexing.build import BuildInputError, build_index, open_index, plan_dataset, plan_path
     from models.data import read_class_map
-    from models.image_model import ImageModel
+    from models.image_model import load_model
 
     torch.set_num_threads(args.threads)
-    need_file("--model", args.model)
+    need_model("--model", args.model)
     if args.images is None and args.dataset is None:
         raise CliError("give --dataset fashion-mnist (with --split) or --images DIR|MANIFEST.csv")
     out = Path(args.out)
@@ -36,7 +36,8 @@ def cmd_index_build(args: argparse.Namespace) -> int:
         raise CliError(f"--out {out}: exists and is not a folder")
     if args.images is not None and not Path(args.images).exists():
         raise CliError(f"--images {args.images}: no such file or folder")
-    model = ImageModel.load(args.model)
+    pre = args.model.startswith("pretrained:") and args.wordnet_dir is not None
+    model = load_model(args.model, wordnet_dir=args.wordnet_dir) if pre else load_model(args.model)
     if getattr(model, "geometry", "poincare") != "poincare":
         raise CliError(
             f"--model {args.model}: a {model.geometry} model cannot fill a Poincaré index"

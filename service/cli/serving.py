@@ -7,7 +7,7 @@ import os
 import sys
 
 from .argtypes import nonneg_int, positive_int
-from .common import add_common, command, emit, home, need_file
+from .common import add_common, command, emit, home, need_file, need_model
 from .errors import CliError
 
 _SERVE_HELP = "the REST service and web page over a model and an index"
@@ -95,7 +95,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from service.settings import get_settings
 
     if args.model is not None:
-        need_file("--model", args.model)
+        need_model("--model", args.model)
     if args.labels is not None:
         need_file("--labels", args.labels)
     if args.index is not None:

@@ -132,11 +132,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     from models.data import ImageSet, load_dataset, read_class_map, split_indices
     from models.evaluate import evaluate_model
-    from models.image_model import ImageModel
+    from models.image_model import load_model
 
     torch.set_num_threads(args.threads)
-    need_path("--model", args.model)
-    model = ImageModel.load(args.model)
+    if not args.model.startswith("pretrained:"):
+        need_path("--model", args.model)
+    model = load_model(args.model)
     class_map = read_class_map(args.class_map) if args.class_map else None
     if args.images is None and args.dataset is None:
         raise CliError(_NO_DATA)
