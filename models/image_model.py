@@ -86,6 +86,13 @@ class ImageModel:
         return make_space(self.geometry, self.curvature, base=self.head.base.detach())
 
     @property
+    def places_in_cones(self) -> bool:
+        """Whether training pushed images inside their class's label cone (the
+        cone term, ``cone_weight > 0``): only then do the cones of the labels
+        say where this model's images belong."""
+        return self.geometry == "poincare" and float(self.config.get("cone_weight", 0.0)) > 0
+
+    @property
     def class_map(self) -> dict[str, str]:
         """Class name -> taxonomy node (synset)."""
         return dict(self.classes)

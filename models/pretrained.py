@@ -221,6 +221,14 @@ class PretrainedModel:
         return make_space(self.geometry, self.curvature)
 
     @property
+    def places_in_cones(self) -> bool:
+        """No: a photo is placed on the point of the deepest synset its classes
+        are sure of, which sits on that synset's cone boundary (margin 0), and an
+        uncertain photo lands on a coarse ancestor; levels by the predicted label
+        (taxonomy levels) group photos better."""
+        return False
+
+    @property
     def class_map(self) -> dict[str, str]:
         return dict(self.classes)
 

@@ -13,9 +13,12 @@ holds it), so every upsert and build stores the item's holding label (the
 deepest label whose cone holds its point) and a restart keeps them (the
 cones' fingerprint is in the index's store: the same labels recompute nothing).
 The hierarchical mode's default levels are by cone (``"cone"``) when the loaded
-labels' cones hold their taxonomy (:attr:`Runtime.cones_hold`: at least
-:data:`HOLD_SHARE` of the non-root nodes inside a parent's cone), by the
-taxonomy chain (``"taxonomy"``) otherwise.
+labels' cones hold their taxonomy (at least :data:`HOLD_SHARE` of the non-root
+nodes inside a parent's cone) and the model puts images inside them (its
+``places_in_cones``: trained with the cone term, or the pretrained placement;
+with no model, vectors are the user's and the cones are trusted):
+:attr:`Runtime.cones_hold`. Otherwise they are by the taxonomy chain
+(``"taxonomy"``), and ``/v1/embed`` answers the nearest nodes only.
 
 Every write of the service goes through :meth:`Runtime.upsert` and
 :meth:`Runtime.delete`, so those tallies always match the index.
@@ -124,7 +127,9 @@ class Runtime:
         self._split_lock = threading.Lock()
         self.cone_spec = label_cone_spec(labels)
         self.cones, self.cones_held_share = label_cones(labels, self.cone_spec)
-        self.cones_hold = self.cones_held_share >= HOLD_SHARE
+        self.cones_hold = self.cones_held_share >= HOLD_SHARE and (
+            model is None or bool(getattr(model, "places_in_cones", False))
+        )
         self.default_levels = "cone" if self.cones_hold else "taxonomy"
         index.set_cones(self.cones)  # recomputes the holders only when the cones changed
         self._load_tallies()

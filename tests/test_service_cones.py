@@ -249,3 +249,38 @@ def test_cone_and_taxonomy_levels_agree_on_well_labelled_items(tmp_path, items):
     got = level_agreement(rt)
     assert 0.5 < got["agreement"] < 1.0 and got["holder_agreement"] < 1.0
     rt.close()
+
+
+@pytest.mark.parametrize("cone_weight, levels", [(0.0, "taxonomy"), (1.0, "cone")])
+def test_cone_levels_by_default_only_for_a_model_that_places_images_in_cones(
+    tmp_path, cone_weight, levels
+):
+    """A model trained without the cone term puts no image inside its class's
+    cone: its runtime groups by the taxonomy chain and /v1/embed answers the
+    nearest nodes; with the cone term (or with no model), by cone."""
+    from models.data import Preprocess
+    from models.encoders import EncoderConfig
+    from models.heads import HeadConfig
+    from models.image_model import ImageModel
+
+    leaves = [n for n in LABELS.taxonomy.names if not LABELS.taxonomy.children(n)]
+    model = ImageModel(
+        EncoderConfig("conv4", 1, 28, [4, 4, 8, 8]),
+        HeadConfig(in_features=8, dim=DIM, clip_r=5.0),
+        Preprocess(),
+        LABELS,
+        [(n, n) for n in leaves],
+        config={"cone_weight": cone_weight},
+    )
+    assert model.places_in_cones is (cone_weight > 0)
+    index = HyperbolicIndex(dim=DIM, curvature=1.0, path=tmp_path / "index")
+    rt = Runtime(index, LABELS, taxonomy=LABELS.taxonomy, model=model)
+    try:
+        assert rt.cones_held_share == 1.0  # the labels' cones hold either way
+        assert rt.default_levels == levels and rt.cones_hold is (levels == "cone")
+        x = _beyond("shoe", np.random.default_rng(1), 1.0)
+        near = [n for n, _ in rt.nearest_nodes(x, 5)]
+        got = [n for n, _ in rt.embed_labels(x, 5)]
+        assert got[0] == ("shoe" if levels == "cone" else near[0])
+    finally:
+        rt.close()
