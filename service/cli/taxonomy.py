@@ -84,6 +84,12 @@ _TRAINED = (
 )
 
 
+_BUILT = (
+    "built {nodes} labels ({edges} closure edges) by the cap construction, dim {dim}, "
+    "curvature {curvature:g}, in {train_seconds:.1f} s; wrote {out}"
+)
+
+
 def cmd_labels_train(args: argparse.Namespace) -> int:
     from models.labels import LabelEmbedding, LabelTrainConfig, train_labels
 
@@ -117,7 +123,11 @@ def cmd_labels_train(args: argparse.Namespace) -> int:
         "version": emb.version,
     }
 
-    return emit(args, result, lambda r: _TRAINED.format_map({**r, "loss": r["loss"] or 0.0}))
+    return emit(
+        args,
+        result,
+        lambda r: _TRAINED.format_map(r) if r["loss"] is not None else _BUILT.format_map(r),
+    )
 
 
 def cmd_labels_eval(args: argparse.Namespace) -> int:
