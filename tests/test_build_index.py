@@ -167,3 +167,48 @@ def test_bad_input_exits_2(tmp_path, model_path, capsys):
     code = main([*build_args(model_path, tmp_path / "other", *source, workers=""), "--quiet"])
     err = capsys.readouterr().err
     assert code == 2 and "dimension" in err
+
+
+def test_embed_writes_the_vectors_an_index_build_stores(tmp_path, model_path, capsys):
+    """``hypsearch embed``: (n, D) float64 in the sources' order, ids and space in
+    the sidecar, the same vectors as ``index build`` stores; bad --out exits 2."""
+    from indexing import HyperbolicIndex
+    from models.image_model import ImageModel
+
+    write_folder(tmp_path / "pics", per_class=3)
+    out = tmp_path / "z.npy"
+    code, r = main_json(
+        capsys,
+        *["embed", "--model", str(model_path), "--images", str(tmp_path / "pics")],
+        *["--out", str(out), "--workers", "0", "--json", "--quiet"],
+    )
+    assert code == 0, r
+    z = np.load(out)
+    side = json.loads(out.with_suffix(".json").read_text())
+    model = ImageModel.load(model_path)
+    assert z.dtype == np.float64 and z.shape == (r["n"], model.dim) and r["n"] == 6
+    assert side["geometry"] == "poincare" and side["curvature"] == model.curvature
+    assert side["space"] == f"poincare:{model.dim}@{model.curvature:g}"
+    assert side["ids"] == sorted(side["ids"]) and len(side["ids"]) == 6  # listing order
+    # skipped, not fatal: the broken file and the unicorns (not a taxonomy class)
+    skipped = sorted(e["source"].rsplit("/", 2)[-2] for e in side["skipped"])
+    assert skipped == ["coat", "unicorn", "unicorn", "unicorn"]
+    code, b = build_json(capsys, model_path, tmp_path / "index", "--images", str(tmp_path / "pics"))
+    assert code == 0, b
+    index = HyperbolicIndex.load(tmp_path / "index")
+    try:
+        for i, item_id in enumerate(side["ids"]):
+            np.testing.assert_allclose(index.get(item_id).vector, z[i], rtol=0, atol=1e-12)
+    finally:
+        index.close()
+    code, err = main_json(
+        capsys,
+        "embed",
+        "--model",
+        str(model_path),
+        "--dataset",
+        "fashion-mnist",
+        "--out",
+        str(tmp_path / "z.txt"),
+    )
+    assert code == 2 and "must end in .npy" in err and len(err.strip().splitlines()) == 1

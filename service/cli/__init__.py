@@ -33,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     hyperbolicity.add_commands(sub)
     training.add_commands(sub)  # train, eval
     serving.add_serve(sub)
-    index.add_commands(sub)  # index build
+    index.add_commands(sub)  # index build, embed
     serving.add_demo(sub)
     return p
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from .argtypes import nonneg_int, positive_int
@@ -19,11 +20,13 @@ _BUILD_DESCRIPTION = (
 )
 
 
-def cmd_index_build(args: argparse.Namespace) -> int:
+def _model_and_plan(args: argparse.Namespace, *, ball_only: bool):
+    """The model (``--model``, a checkpoint or ``pretrained:NAME``) and the plan of
+    the sources (``--dataset``/``--split`` or ``--images``), first ``--limit``;
+    bad input is a :class:`CliError`. Shared by ``index build`` and ``embed``."""
     import torch
 
-    from indexing import IndexInputError, IndexStoreError
-    from indexing.build import BuildInputError, build_index, open_index, plan_dataset, plan_path
+    from indexing.build import BuildInputError, plan_dataset, plan_path
     from models.data import read_class_map
     from models.image_model import load_model
 
@@ -31,14 +34,11 @@ def cmd_index_build(args: argparse.Namespace) -> int:
     need_model("--model", args.model)
     if args.images is None and args.dataset is None:
         raise CliError("give --dataset fashion-mnist (with --split) or --images DIR|MANIFEST.csv")
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise CliError(f"--out {out}: exists and is not a folder")
     if args.images is not None and not Path(args.images).exists():
         raise CliError(f"--images {args.images}: no such file or folder")
     pre = args.model.startswith("pretrained:") and args.wordnet_dir is not None
     model = load_model(args.model, wordnet_dir=args.wordnet_dir) if pre else load_model(args.model)
-    if getattr(model, "geometry", "poincare") != "poincare":
+    if ball_only and getattr(model, "geometry", "poincare") != "poincare":
         raise CliError(
             f"--model {args.model}: a {model.geometry} model cannot fill a Poincaré index"
         )
@@ -60,6 +60,17 @@ def cmd_index_build(args: argparse.Namespace) -> int:
         raise CliError(str(e)) from None
     if args.limit is not None:
         plan.sources = plan.sources[: args.limit]
+    return model, plan, where
+
+
+def cmd_index_build(args: argparse.Namespace) -> int:
+    from indexing import IndexInputError, IndexStoreError
+    from indexing.build import build_index, open_index
+
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise CliError(f"--out {out}: exists and is not a folder")
+    model, plan, where = _model_and_plan(args, ball_only=True)
     try:
         index = open_index(out, dim=model.dim, curvature=model.curvature)
     except (IndexStoreError, IndexInputError) as e:
@@ -106,14 +117,97 @@ def cmd_index_build(args: argparse.Namespace) -> int:
     return emit(args, result, human)
 
 
-def add_commands(sub) -> None:
-    """Add ``index build`` to the ``hypsearch`` subparsers."""
+_EMBED_HELP = "embed a data set split, a folder or a manifest into a .npy file"
+
+_EMBED_DESCRIPTION = (
+    "Embed pictures with the model into OUT.npy, an (n, D) float64 array in the "
+    "sources' order (a data set's row order, a folder's or manifest's listing order), "
+    "and OUT.json beside it: {geometry, curvature, space, ids, model, skipped}. "
+    "Unreadable files are skipped (listed in the sidecar), not fatal. Works for "
+    "either geometry (the Euclidean twin too), so two models can be compared on "
+    "the same images."
+)
+
+
+def cmd_embed(args: argparse.Namespace) -> int:
+    import io
+    import json
+
+    import numpy as np
+    from tqdm import tqdm
+
+    from indexing.build import BuildReport, embed_plan
+    from models.fileio import atomic_write_bytes
+
+    out = Path(args.out)
+    if out.suffix != ".npy":
+        raise CliError(f"--out {out}: must end in .npy (the sidecar goes to {out.stem}.json)")
+    if out.exists() and out.is_dir():
+        raise CliError(f"--out {out}: is a folder")
+    if not out.parent.is_dir():
+        raise CliError(f"--out {out}: no such folder {out.parent}")
+    model, plan, where = _model_and_plan(args, ball_only=False)
+    report = BuildReport(plan.name)
+    ids: list[str] = []
+    parts: list[np.ndarray] = []
+    bar = tqdm(
+        total=len(plan.sources), desc="embed", unit="img", disable=args.quiet, file=sys.stderr
+    )
+    try:
+        for batch in embed_plan(
+            model,
+            plan,
+            batch_size=args.batch_size,
+            workers=args.workers,
+            report=report,
+            on_progress=bar.update,
+        ):
+            ids.extend(batch.ids)
+            parts.append(np.asarray(batch.vectors, dtype=np.float64))
+    finally:
+        bar.close()
+    z = np.concatenate(parts) if parts else np.zeros((0, model.dim), dtype=np.float64)
+    geometry = getattr(model, "geometry", "poincare")
+    c = float(model.curvature)
+    space = f"poincare:{model.dim}@{c:g}" if geometry == "poincare" else f"euclidean:{model.dim}"
+    buf = io.BytesIO()
+    np.save(buf, z)
+    sidecar = {
+        "geometry": geometry,
+        "curvature": c,
+        "space": space,
+        "ids": ids,
+        "model": model.version,
+        "source": where,
+        "skipped": report.as_dict()["skipped_examples"],
+    }
+    side = out.with_suffix(".json")
+    atomic_write_bytes(out, buf.getvalue())
+    atomic_write_bytes(side, (json.dumps(sidecar) + "\n").encode())
+    result = {
+        "out": str(out),
+        "sidecar": str(side),
+        "n": len(ids),
+        "dim": model.dim,
+        "geometry": geometry,
+        "space": space,
+        "skipped": len(sidecar["skipped"]),
+    }
+    return emit(
+        args,
+        result,
+        lambda r: (
+            f"embedded {r['n']} images from {where} into {r['out']} ({r['space']}); "
+            f"ids in {r['sidecar']}"
+        ),
+    )
+
+
+def _source_arguments(b) -> None:
     from models.data import DEFAULT_FASHION_MNIST_DIR
     from models.wordnet import DEFAULT_WORDNET_DIR
 
-    ix = subcommands(sub, "index", "build indexes", "index_command")
-    b = command(ix, "build", cmd_index_build, _BUILD_HELP, _BUILD_DESCRIPTION)
-    b.add_argument("--model", required=True, help="image model checkpoint")
+    b.add_argument("--model", required=True, help="image model checkpoint or pretrained:NAME")
     src = b.add_mutually_exclusive_group()
     src.add_argument("--dataset", choices=["fashion-mnist"], help="a built-in data set")
     src.add_argument(
@@ -125,11 +219,20 @@ def add_commands(sub) -> None:
     b.add_argument(
         "--wordnet-dir", default=DEFAULT_WORDNET_DIR, help="WordNet words for class names (sneaker)"
     )
-    b.add_argument("--out", required=True, help="index folder")
     b.add_argument("--batch-size", type=positive_int, default=256)
     b.add_argument("--workers", type=nonneg_int, default=2, help="data loader worker processes")
-    b.add_argument(
-        "--limit", type=positive_int, default=None, help="index only the first N pictures"
-    )
+    b.add_argument("--limit", type=positive_int, default=None, help="only the first N pictures")
     b.add_argument("--threads", type=positive_int, default=2, help="torch threads")
+
+
+def add_commands(sub) -> None:
+    """Add ``index build`` and ``embed`` to the ``hypsearch`` subparsers."""
+    ix = subcommands(sub, "index", "build indexes", "index_command")
+    b = command(ix, "build", cmd_index_build, _BUILD_HELP, _BUILD_DESCRIPTION)
+    _source_arguments(b)
+    b.add_argument("--out", required=True, help="index folder")
     add_common(b)
+    e = command(sub, "embed", cmd_embed, _EMBED_HELP, _EMBED_DESCRIPTION)
+    _source_arguments(e)
+    e.add_argument("--out", required=True, help="FILE.npy (FILE.json is written beside it)")
+    add_common(e)
