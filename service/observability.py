@@ -208,6 +208,9 @@ class RequestMiddleware:
 
         try:
             if too_big:
+                # read (and drop) the body first: once the answer is complete the
+                # server stops reading and closes, and the client sees a reset
+                await _drain(receive, DRAIN_FACTOR * self.max_body)
                 await _send_413(send_wrapper, self.max_body)
             else:
                 await self.app(scope, receive_wrapper, send_wrapper)
@@ -234,6 +237,25 @@ class RequestMiddleware:
                 },
             )
             request_id.reset(token)
+
+
+#: a refused body is read (and dropped) up to this many times the limit, so that
+#: clients that send the whole body before reading the answer (Python's urllib,
+#: curl without Expect) see the 413 instead of a connection reset; past it the
+#: connection is closed.
+DRAIN_FACTOR = 8
+
+
+async def _drain(receive, bound: int) -> None:
+    """Read the request body to its end, or until ``bound`` bytes were read."""
+    n = 0
+    while n <= bound:
+        message = await receive()
+        if message["type"] != "http.request":
+            return
+        n += len(message.get("body", b""))
+        if not message.get("more_body", False):
+            return
 
 
 def _too_large(limit: int) -> str:

@@ -151,3 +151,36 @@ def test_writes_survive_restarts(setup):
         assert c.get("/v1/items/e2e/crash").json()["label"] == "gym_shoe.n.01"
         assert c.get("/v1/items/e2e/sandal-1").status_code == 404
         assert c.get("/v1/stats").json()["items"] == 1000  # +2 -1 -1
+
+
+def test_an_oversized_upload_is_answered_413_to_a_client_that_sends_it_all(reader):
+    """urllib sends the whole body before it reads the answer: the server reads
+    (and drops) the refused body, so the client sees the 413 and its detail,
+    not a connection reset."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    limit = 10_000_000  # HYPSEARCH_MAX_UPLOAD_BYTES' default
+    boundary = "hypsearchtestboundary"
+    payload = b"\x89PNG\r\n\x1a\n" + bytes(limit + 1_000_000)
+    body = (
+        (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="big.png"\r\n'
+            "Content-Type: image/png\r\n\r\n"
+        ).encode()
+        + payload
+        + f"\r\n--{boundary}--\r\n".encode()
+    )
+    for path in ("/v1/search/image", "/v1/embed"):
+        req = urllib.request.Request(
+            f"{reader.base_url}{path}",
+            data=body,
+            headers={"Content-Type": f"multipart/form-data; boundary={boundary}"},
+            method="POST",
+        )
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(req, timeout=60)
+        assert err.value.code == 413
+        assert "HYPSEARCH_MAX_UPLOAD_BYTES" in json.loads(err.value.read())["detail"]
+    assert reader.get("/healthz").status_code == 200  # the server is still there
