@@ -492,7 +492,7 @@ def test_upload_size_limit(rt, picture):
         assert c.get("/v1/items/too-big").status_code == 404
 
 
-def test_api_key_guards_writes_only(rt):
+def test_api_key_guards_writes_and_jobs(rt):
     v = (rt.label_point("shirt.n.01") * 0.99).tolist()
     with app_client(rt, api_key=KEY) as c:
         r = c.put("/v1/items/k1", json={"vector": v})
@@ -508,6 +508,10 @@ def test_api_key_guards_writes_only(rt):
         assert c.delete("/v1/items/k1").status_code == 401
         assert c.post("/v1/index/jobs", json={"path": "/tmp"}).status_code == 401
         auth = {"Authorization": f"Bearer {KEY}"}
+        # jobs name server-side paths: listing and reading them need the key too
+        assert c.get("/v1/index/jobs").status_code == 401
+        assert c.get("/v1/index/jobs/nope").status_code == 401
+        assert c.get("/v1/index/jobs/nope", headers=auth).status_code in (404, 503)
         assert c.put("/v1/items/k1", json={"vector": v}, headers=auth).status_code == 200
         assert c.post("/v1/search", json={"id": "k1"}).status_code == 200  # reads need no key
         assert c.delete("/v1/items/k1", headers=auth).status_code == 200

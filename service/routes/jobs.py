@@ -38,12 +38,20 @@ JobId = Annotated[str, Path(max_length=64)]
 def start_job(body: JobIn, jobs: JobsDep) -> JobOut:
     """The path must lie under one of `HYPSEARCH_DATA_ROOTS` (absolute, no `..`,
     no symlink leading out). The job runs in the background; poll
-    `GET /v1/index/jobs/{job}`. Its items become visible all at once when it
-    succeeds; unreadable pictures are skipped and listed, not fatal."""
+    `GET /v1/index/jobs/{job}`. Every batch of items is durable and searchable
+    once written (a job run again over the same path resumes after them);
+    unreadable pictures are skipped and listed, not fatal."""
     return JobOut(**jobs.submit(body.path, body.class_map).as_dict())
 
 
-@router.get("", response_model=list[JobOut], summary="Recent jobs, newest first", responses=ERRORS)
+# jobs name server-side paths: reading them needs the key too, when one is set
+@router.get(
+    "",
+    response_model=list[JobOut],
+    summary="Recent jobs, newest first",
+    dependencies=[WriteAccess],
+    responses=ERRORS,
+)
 def list_jobs(jobs: JobsDep) -> list[JobOut]:
     return [JobOut(**j.as_dict()) for j in jobs.all()]
 
@@ -52,6 +60,7 @@ def list_jobs(jobs: JobsDep) -> list[JobOut]:
     "/{job}",
     response_model=JobOut,
     summary="State and progress of a job",
+    dependencies=[WriteAccess],
     responses={**ERRORS, 404: {"model": ErrorOut}},
 )
 def get_job(job: JobId, jobs: JobsDep) -> JobOut:
@@ -61,7 +70,7 @@ def get_job(job: JobId, jobs: JobsDep) -> JobOut:
 @router.delete(
     "/{job}",
     response_model=JobOut,
-    summary="Cancel a queued or running job (nothing of it is written)",
+    summary="Cancel a queued or running job (the batches it already wrote stay)",
     dependencies=[WriteAccess],
     responses={**ERRORS, 404: {"model": ErrorOut}},
 )
