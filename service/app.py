@@ -218,6 +218,9 @@ def create_app(
             routes=routes,
         )
     app.add_middleware(
-        RequestMiddleware, metrics=metrics, max_body=settings.max_upload_bytes + MULTIPART_SLACK
+        RequestMiddleware,
+        metrics=metrics,
+        max_body=settings.max_upload_bytes + MULTIPART_SLACK,
+        max_json=settings.max_json_bytes,
     )
     return app

@@ -158,10 +158,15 @@ def setup_logging(level: str = "INFO", as_json: bool = True) -> None:
 class RequestMiddleware:
     """Pure ASGI: request id, access log, latency histogram, body size cap (413)."""
 
-    def __init__(self, app, *, metrics: Metrics, max_body: int) -> None:
+    def __init__(
+        self, app, *, metrics: Metrics, max_body: int, max_json: int | None = None
+    ) -> None:
         self.app = app
         self.metrics = metrics
         self.max_body = max_body
+        # a JSON body is parsed whole (several times its size in memory) before
+        # any field is checked: it gets its own, smaller cap
+        self.max_json = max_body if max_json is None else min(max_json, max_body)
         self.log = logging.getLogger("service.access")
 
     async def __call__(self, scope, receive, send):
@@ -180,13 +185,16 @@ class RequestMiddleware:
         status = {"code": 500}
 
         length = None
+        limit, setting = self.max_body, "HYPSEARCH_MAX_UPLOAD_BYTES"
         for k, v in scope.get("headers", ()):
             if k == b"content-length":
                 try:
                     length = int(v)
                 except ValueError:
                     length = None
-        too_big = length is not None and length > self.max_body
+            elif k == b"content-type" and _is_json(v):
+                limit, setting = self.max_json, "HYPSEARCH_MAX_JSON_BYTES"
+        too_big = length is not None and length > limit
 
         async def send_wrapper(message):
             if message["type"] == "http.response.start":
@@ -202,16 +210,16 @@ class RequestMiddleware:
             message = await receive()
             if message["type"] == "http.request":
                 received["n"] += len(message.get("body", b""))
-                if received["n"] > self.max_body:
-                    raise HTTPException(413, _too_large(self.max_body))
+                if received["n"] > limit:
+                    raise HTTPException(413, _too_large(limit, setting))
             return message
 
         try:
             if too_big:
                 # read (and drop) the body first: once the answer is complete the
                 # server stops reading and closes, and the client sees a reset
-                await _drain(receive, DRAIN_FACTOR * self.max_body)
-                await _send_413(send_wrapper, self.max_body)
+                await _drain(receive, DRAIN_FACTOR * limit)
+                await _send_413(send_wrapper, _too_large(limit, setting))
             else:
                 await self.app(scope, receive_wrapper, send_wrapper)
         finally:
@@ -258,12 +266,17 @@ async def _drain(receive, bound: int) -> None:
             return
 
 
-def _too_large(limit: int) -> str:
-    return f"request body is over the limit of {limit:,} bytes (HYPSEARCH_MAX_UPLOAD_BYTES)"
+def _is_json(content_type: bytes) -> bool:
+    mime = content_type.split(b";", 1)[0].strip().lower()
+    return mime == b"application/json" or mime.endswith(b"+json")
 
 
-async def _send_413(send, limit: int) -> None:
-    body = json.dumps({"detail": _too_large(limit)}).encode()
+def _too_large(limit: int, setting: str = "HYPSEARCH_MAX_UPLOAD_BYTES") -> str:
+    return f"request body is over the limit of {limit:,} bytes ({setting})"
+
+
+async def _send_413(send, detail: str) -> None:
+    body = json.dumps({"detail": detail}).encode()
     await send(
         {
             "type": "http.response.start",

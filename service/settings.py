@@ -57,6 +57,11 @@ class Settings(BaseSettings):
 
     # limits
     max_upload_bytes: int = Field(default=10 * 1024 * 1024, ge=1)
+    max_json_bytes: int = Field(
+        default=1024 * 1024,
+        ge=1,
+        description="JSON request bodies above this are refused (413) before they are parsed",
+    )
     max_image_pixels: int = Field(
         default=25_000_000,
         ge=1,

@@ -492,6 +492,29 @@ def test_upload_size_limit(rt, picture):
         assert c.get("/v1/items/too-big").status_code == 404
 
 
+def test_json_body_limit(rt):
+    """A JSON body is parsed whole before any field is checked: it has its own,
+    smaller cap (HYPSEARCH_MAX_JSON_BYTES), with or without a content length,
+    while pictures keep the upload cap."""
+    v = (rt.label_point("shirt.n.01") * 0.99).tolist()
+    ok = {"vector": v, "k": 3}
+    pad = {"vector": v, "k": 3, "pad": "x" * 5000}
+    with app_client(rt, max_json_bytes=4096) as c:
+        assert c.post("/v1/search", json=ok).status_code == 200
+        r = c.post("/v1/search", json=pad)
+        assert r.status_code == 413 and "HYPSEARCH_MAX_JSON_BYTES" in _detail(r)
+        body = json.dumps(pad).encode()
+
+        def chunks():  # no content-length: counted while it is read
+            for i in range(0, len(body), 1000):
+                yield body[i : i + 1000]
+
+        r = c.post("/v1/search", content=chunks(), headers={"content-type": "application/json"})
+        assert r.status_code == 413 and "HYPSEARCH_MAX_JSON_BYTES" in _detail(r)
+        r = c.put("/v1/items/j1", json=pad)
+        assert r.status_code == 413 and c.get("/v1/items/j1").status_code == 404
+
+
 def test_api_key_guards_writes_and_jobs(rt):
     v = (rt.label_point("shirt.n.01") * 0.99).tolist()
     with app_client(rt, api_key=KEY) as c:
