@@ -36,7 +36,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..data import convert_channels, normalize, to_float
+from ..data import convert_channels, normalize, resize, to_float
 
 __all__ = [
     "LITE0_SHA256",
@@ -219,9 +219,7 @@ class CropPreprocess:
         top, left = (h - side) // 2, (w - side) // 2
         x = x[..., top : top + side, left : left + side]
         if side != self.size:
-            x = F.interpolate(
-                x, size=(self.size, self.size), mode="bilinear", align_corners=False, antialias=True
-            )
+            x = resize(x, self.size)
         return x.clamp(0, 1)
 
     def __call__(self, images) -> torch.Tensor:
