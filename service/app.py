@@ -27,13 +27,14 @@ from fastapi.staticfiles import StaticFiles
 
 from . import searching
 from .batching import MicroBatcher
+from .collections import Collections, Served
 from .deps import Services
 from .errors import ApiError, install_error_handlers
 from .fastpath import SearchFastPath
 from .imaging import EncodedPicture
 from .jobs import JobManager
 from .observability import Metrics, RequestMiddleware, setup_logging
-from .routes import items, jobs, labels, ops, page, search
+from .routes import collections, items, jobs, labels, ops, page, search, snapshots
 from .runtime import Runtime, StartupError, open_runtime
 from .settings import Settings, get_settings
 
@@ -92,24 +93,48 @@ def _local_swagger_ui() -> str | None:
     return str(path) if (path / "swagger-ui-bundle.js").exists() else None
 
 
-def _start(services: Services, runtime: Runtime) -> None:
+def _served(services: Services, runtime: Runtime) -> Served:
+    """The workers of a runtime: searches, and image embeddings when it has a model."""
     s = services.settings
     # searches: whatever queued while the worker was busy is answered in one batch
-    services.searcher = MicroBatcher(
+    searcher = MicroBatcher(
         lambda queries: searching.search_many(runtime, queries),
         max_size=s.search_batch_max_size,
         max_wait=0.0,
         on_batch=services.metrics.observe_search_batch,
         name="search-batcher",
     )
-    services.runtime = runtime
+    batcher = None
     if runtime.model is not None:
-        services.batcher = MicroBatcher(
+        batcher = MicroBatcher(
             _embedder(runtime),
             max_size=s.batch_max_size,
             max_wait=s.batch_max_wait_ms / 1000.0,
             on_batch=services.metrics.observe_batch,
         )
+    return Served(runtime, searcher, batcher)
+
+
+def _default_served(services: Services) -> Served:
+    if services.runtime is None:
+        if services.load_error:
+            raise ApiError(503, "the default collection could not be loaded")
+        raise ApiError(503, "the default collection is still loading; retry shortly")
+    return Served(services.runtime, services.searcher, services.batcher, owned=False)
+
+
+def _load_collections(services: Services) -> None:
+    """Open the named collections, once the default one is loaded (or failed)."""
+    while not services.ready.wait(0.2) and services.load_error is None:
+        pass
+    services.collections.load()
+
+
+def _start(services: Services, runtime: Runtime) -> None:
+    served = _served(services, runtime)
+    services.searcher = served.searcher
+    services.runtime = runtime
+    services.batcher = served.batcher
     services.metrics.items.set_function(lambda: len(runtime))
     services.metrics.ready.set(1)
     services.ready.set()
@@ -166,15 +191,22 @@ def create_app(
         torch.set_num_threads(settings.torch_threads)
         setup_logging(settings.log_level, settings.log_json)
         services.jobs = JobManager(lambda: services.runtime, settings, metrics)
+        services.collections = Collections(
+            settings, lambda: _default_served(services), lambda rt: _served(services, rt)
+        )
         if runtime is not None:
             _start(services, runtime)
         else:
             loader = threading.Thread(target=_load, args=(services,), name="load", daemon=True)
             services.loader = loader
             loader.start()
+        threading.Thread(
+            target=_load_collections, args=(services,), name="load-collections", daemon=True
+        ).start()
         try:
             yield
         finally:
+            services.collections.close()
             services.jobs.close()
             if services.batcher is not None:
                 services.batcher.close()
@@ -206,8 +238,13 @@ def create_app(
 
     app.state.services = services
     install_error_handlers(app)
-    for module in (ops, search, labels, items, jobs, page):
+    modules = (ops, search, labels, items, jobs, page)
+    for module in modules:
         app.include_router(module.router)
+    # the same routes under /v1/collections/{collection}/ (service.collections)
+    app.include_router(collections.collection_routes([m.router for m in modules]))
+    app.include_router(collections.router)
+    app.include_router(snapshots.router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     if settings.search_fast_path:  # inside RequestMiddleware (added last: outermost)
         routes = {r.path: r for r in search.router.routes if "POST" in r.methods}

@@ -10,9 +10,10 @@ lifespan; tests build an app around their own small index with
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -21,6 +22,7 @@ from fastapi import Depends, Request
 from indexing import HyperbolicIndex
 
 from .batching import MicroBatcher
+from .collections import DEFAULT, Collections, check_name
 from .errors import ApiError
 from .jobs import JobManager
 from .observability import Metrics
@@ -53,10 +55,33 @@ class Services:
     on_load_error: Callable[[str], None] | None = None
     #: the thread loading the artifacts, while the app loads its own
     loader: threading.Thread | None = None
+    #: the named collections and aliases (service.collections)
+    collections: Collections | None = None
 
 
-async def get_services(request: Request) -> Services:
-    return request.app.state.services
+async def get_services(request: Request) -> AsyncIterator[Services]:
+    """The app's :class:`Services`; under ``/v1/collections/{collection}/...`` the
+    same with that collection's runtime and workers (aliases resolved; 404 for
+    unknown names), leased until the request is answered."""
+    services = request.app.state.services
+    name = request.path_params.get("collection")
+    if name is None or services.collections is None:
+        yield services
+        return
+    if services.collections.resolve(check_name(name, "collection")) == DEFAULT:
+        yield services
+        return
+    served = services.collections.acquire(name)
+    try:
+        yield dataclasses.replace(
+            services,
+            runtime=served.runtime,
+            searcher=served.searcher,
+            batcher=served.batcher,
+            jobs=None,
+        )
+    finally:
+        served.release()
 
 
 ServicesDep = Annotated[Services, Depends(get_services)]

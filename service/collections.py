@@ -1,0 +1,806 @@
+"""Collections: several named indexes in one server, aliases, and snapshots over REST.
+
+The collection ``default`` is the index the service was started with
+(:attr:`service.deps.Services.runtime`); every other collection is a
+:class:`service.runtime.Runtime` of its own, with its own space
+(``poincare:D[@c]``), labels and optionally a model, kept under
+``$HYPSEARCH_HOME/collections/``::
+
+    collections/registry.json          collections and aliases (written atomically)
+    collections/<name>-<rnd>/labels.safetensors   its label points (unless a model gives them)
+    collections/<name>-<rnd>/index-<rnd>/         its index (the registry names the live one)
+    collections/<name>-<rnd>/images/              pictures uploaded into it
+    collections/<name>-<rnd>/snapshots/<id>.tar   its snapshots (and <id>.json)
+    collections/_default/snapshots/               the default collection's snapshots
+
+The registry file is the commit point of every change: a collection exists once
+the registry names it, is dropped once the registry no longer does, and a
+restore swaps the index folder the registry names (a crash leaves the old or
+the new folder in use, never a half-written one; folders the registry does not
+name are removed at the next start).
+
+Requests reach a collection through :meth:`Collections.acquire` (by
+:func:`service.deps.get_served`): it resolves aliases to a :class:`Served`
+(runtime, search worker, embedding worker) and holds a lease on it until the
+request is answered, so a dropped or restored collection is closed only once the
+requests still using it are done: concurrent searches see the old or the new
+state, never an error.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import tarfile
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from indexing import HyperbolicIndex, IndexInputError
+from indexing.build import BuildInputError, OutsideRootsError, check_under_roots
+from indexing.geometry import PoincareIndexSpace, make_index_space
+from indexing.store import fsync_dir
+from models.fileio import atomic_write_bytes
+
+from .errors import ApiError
+from .runtime import Runtime, StartupError
+
+log = logging.getLogger("service")
+
+__all__ = [
+    "DEFAULT",
+    "NAME_PATTERN",
+    "SNAPSHOT_PATTERN",
+    "Collections",
+    "Served",
+]
+
+DEFAULT = "default"
+#: collection, alias and snapshot names: letters, digits, '_' and '-', 64 at most
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
+SNAPSHOT_PATTERN = r"^[0-9]{8}T[0-9]{6}-[0-9a-f]{8}$"
+_NAME = re.compile(NAME_PATTERN)
+_SNAPSHOT = re.compile(SNAPSHOT_PATTERN)
+_MEMBER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
+REGISTRY_FILE = "registry.json"
+CHECKSUMS_FILE = "checksums.json"
+LABELS_FILE = "labels.safetensors"
+#: the cone family of label points placed by the cap construction
+CAP_SPEC = {"theta0": 2.5, "beta": 0.5}
+#: how long a dropped or replaced collection waits for the requests still using it
+DRAIN_SECONDS = 60.0
+
+
+@dataclass(eq=False)
+class Served:
+    """What requests of one collection use: the runtime and its workers."""
+
+    runtime: Runtime
+    searcher: Any  # MicroBatcher (searches)
+    batcher: Any | None = None  # MicroBatcher (image embeddings), with a model
+    owned: bool = True  # closed by the registry (not the default collection)
+    _leases: int = 0
+    _cond: threading.Condition = field(default_factory=threading.Condition)
+
+    def acquire(self) -> Served:
+        with self._cond:
+            self._leases += 1
+        return self
+
+    def release(self) -> None:
+        with self._cond:
+            self._leases -= 1
+            if self._leases <= 0:
+                self._cond.notify_all()
+
+    def close_when_idle(self, then: Callable[[], None] | None = None) -> None:
+        """In a thread: wait until no request uses it (at most :data:`DRAIN_SECONDS`),
+        close the workers and the index, then call ``then`` (remove its folder)."""
+
+        def run() -> None:
+            with self._cond:
+                self._cond.wait_for(lambda: self._leases <= 0, timeout=DRAIN_SECONDS)
+            self.close()
+            if then is not None:
+                try:
+                    then()
+                except OSError as e:
+                    log.warning("removing a replaced collection folder failed: %s", e)
+
+        threading.Thread(target=run, name="collection-close", daemon=True).start()
+
+    def close(self) -> None:
+        if self.batcher is not None:
+            self.batcher.close()
+        self.searcher.close()
+        self.runtime.close()
+
+
+@dataclass
+class _Entry:
+    """A named collection: its record in the registry and what serves it."""
+
+    name: str
+    record: dict[str, Any]  # space, model, taxonomy, folder, index, created
+    served: Served | None = None
+    error: str | None = None  # why it could not be opened at start
+    lock: threading.Lock = field(default_factory=threading.Lock)  # restores, snapshots
+
+    @property
+    def space(self) -> str:
+        return self.record["space"]
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def check_name(name: str, what: str = "name") -> str:
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ApiError(
+            422, f"{what}: {name!r} is not a valid name (letters, digits, '_', '-'; 64 at most)"
+        )
+    return name
+
+
+class Collections:
+    """The registry of collections and aliases of one service (see the module docstring).
+
+    ``default``: a function answering the default collection's :class:`Served`
+    (or raising its 503); ``start``: builds the :class:`Served` of a runtime (its
+    search worker, and its embedding worker when it has a model)."""
+
+    def __init__(
+        self,
+        settings,
+        default: Callable[[], Served],
+        start: Callable[[Runtime], Served],
+    ) -> None:
+        self.settings = settings
+        self.root = Path(settings.home) / "collections"
+        self._default = default
+        self._start = start
+        self._lock = threading.RLock()  # changes of the registry, one at a time
+        self._entries: dict[str, _Entry] = {}
+        self._aliases: dict[str, str] = {}
+        self.loaded = threading.Event()
+
+    def close(self) -> None:
+        """Close every named collection (at shutdown)."""
+        with self._lock:
+            for e in self._entries.values():
+                if e.served is not None:
+                    try:
+                        e.served.close()
+                    except Exception:  # noqa: BLE001 - the others are closed still
+                        log.exception("closing collection %s failed", e.name)
+
+    # -- the registry file ---------------------------------------------------------
+    def _registry_path(self) -> Path:
+        return self.root / REGISTRY_FILE
+
+    def _write_registry(self, entries: dict[str, _Entry], aliases: dict[str, str]) -> None:
+        doc = {
+            "format": 1,
+            "collections": {n: e.record for n, e in sorted(entries.items())},
+            "aliases": dict(sorted(aliases.items())),
+        }
+        atomic_write_bytes(
+            self._registry_path(), json.dumps(doc, indent=2).encode() + b"\n", mode=0o644
+        )
+
+    def load(self) -> None:
+        """Open every collection of the registry (at start; errors are logged and
+        answered 503 for that collection) and remove folders it does not name."""
+        try:
+            path = self._registry_path()
+            if not path.exists():
+                return
+            try:
+                doc = json.loads(path.read_text())
+                records = dict(doc.get("collections", {}))
+                aliases = dict(doc.get("aliases", {}))
+            except (ValueError, TypeError, AttributeError) as e:
+                log.error("collections: %s is unreadable (%s); serving only 'default'", path, e)
+                return
+            for name, rec in records.items():
+                entry = _Entry(name, rec)
+                try:
+                    entry.served = self._open(rec)
+                except (StartupError, ApiError, OSError, ValueError, IndexInputError) as e:
+                    entry.error = str(getattr(e, "detail", e))
+                    log.error("collection %s could not be opened: %s", name, entry.error)
+                self._entries[name] = entry
+            self._aliases = {a: c for a, c in aliases.items() if c in records or c == DEFAULT}
+            self._clean_folders()
+        finally:
+            self.loaded.set()
+
+    def _clean_folders(self) -> None:
+        used = {e.record["folder"] for e in self._entries.values()}
+        for p in self.root.glob(".upload-*"):
+            p.unlink(missing_ok=True)
+        for p in self.root.iterdir():
+            if p.is_dir() and p.name not in used and p.name != "_default":
+                shutil.rmtree(p, ignore_errors=True)
+        for e in self._entries.values():
+            folder = self.root / e.record["folder"]
+            for p in folder.glob("index-*"):
+                if p.name != e.record["index"]:
+                    shutil.rmtree(p, ignore_errors=True)
+            snaps = folder / "snapshots"
+            for p in snaps.glob(".*") if snaps.exists() else ():
+                shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink()
+
+    # -- lookups -------------------------------------------------------------------
+    def resolve(self, name: str) -> str:
+        """The collection a name or an alias names (404 with detail when none)."""
+        target = self._aliases.get(name, name)
+        if target == DEFAULT or target in self._entries:
+            return target
+        if not self.loaded.is_set():
+            raise ApiError(503, "the collections are still loading; retry shortly")
+        raise ApiError(404, f"collection: no collection or alias {name!r}")
+
+    def acquire(self, name: str) -> Served:
+        """The :class:`Served` of a collection or alias, with a lease (release it)."""
+        target = self.resolve(name)
+        if target == DEFAULT:
+            return self._default()
+        entry = self._entries.get(target)
+        if entry is None:  # dropped meanwhile
+            raise ApiError(404, f"collection: no collection or alias {name!r}")
+        served = entry.served
+        if served is None:
+            raise ApiError(
+                503, f"collection {target!r} could not be opened (the service log says why)"
+            )
+        return served.acquire()
+
+    def _entry(self, name: str) -> _Entry:
+        target = self.resolve(name)
+        if target == DEFAULT:
+            raise ApiError(
+                409,
+                "collection: the default collection is not restored in place; restore the "
+                "snapshot into a named collection of the same space and point an alias at it",
+            )
+        return self._entries[target]
+
+    def describe(self, name: str) -> dict[str, Any]:
+        target = self.resolve(name)
+        aliases = sorted(a for a, c in self._aliases.items() if c == target)
+        if target == DEFAULT:
+            served = self._default()
+            rt = served.runtime
+            out = {
+                "name": DEFAULT,
+                "space": f"{rt.index.space}@{rt.curvature:g}",
+                "model": rt.model_version,
+                "taxonomy": None,
+                "created": None,
+            }
+        else:
+            entry = self._entries[target]
+            rec = entry.record
+            out = {
+                "name": target,
+                "space": rec["space"],
+                "model": rec.get("model"),
+                "taxonomy": rec.get("taxonomy_source"),
+                "created": rec.get("created"),
+            }
+            rt = entry.served.runtime if entry.served is not None else None
+        out["aliases"] = aliases
+        if rt is not None:
+            out.update(items=len(rt), dim=rt.dim, curvature=rt.curvature, labels=len(rt.taxonomy))
+        else:
+            out.update(items=None, dim=None, curvature=None, labels=None)
+        return out
+
+    def list(self) -> list[dict[str, Any]]:
+        names = [DEFAULT, *sorted(self._entries)]
+        out = []
+        for n in names:
+            try:
+                out.append(self.describe(n))
+            except ApiError:  # the default collection still loading
+                continue
+        return out
+
+    def aliases(self) -> dict[str, str]:
+        return dict(sorted(self._aliases.items()))
+
+    # -- create and drop -------------------------------------------------------------
+    def create(
+        self, name: str, space: str, model: str | None, taxonomy: str | list | None
+    ) -> dict[str, Any]:
+        check_name(name)
+        with self._lock:
+            if name == DEFAULT or name in self._entries:
+                raise ApiError(409, f"name: a collection {name!r} exists already")
+            if name in self._aliases:
+                raise ApiError(409, f"name: {name!r} is an alias")
+            sp = _check_space(space)
+            folder = f"{name}-{uuid.uuid4().hex[:8]}"
+            rec: dict[str, Any] = {
+                "space": f"poincare:{sp.dim}@{sp.c:g}",
+                "model": model,
+                "taxonomy_source": taxonomy
+                if isinstance(taxonomy, str)
+                else ("inline" if taxonomy is not None else None),
+                "folder": folder,
+                "index": f"index-{uuid.uuid4().hex[:8]}",
+                "created": _now(),
+            }
+            path = self.root / folder
+            try:
+                path.mkdir(parents=True)
+                self._place_labels(path, sp, model, taxonomy)
+                served = self._open(rec)
+            except BaseException:
+                shutil.rmtree(path, ignore_errors=True)
+                raise
+            entries = {**self._entries, name: _Entry(name, rec, served)}
+            try:
+                self._write_registry(entries, self._aliases)
+            except BaseException:
+                served.close()
+                shutil.rmtree(path, ignore_errors=True)
+                raise
+            self._entries = entries
+        return self.describe(name)
+
+    def drop(self, name: str) -> dict[str, Any]:
+        check_name(name)
+        with self._lock:
+            if name == DEFAULT:
+                raise ApiError(409, "collection: the default collection cannot be dropped")
+            if name in self._aliases:
+                raise ApiError(
+                    409,
+                    f"collection: {name!r} is an alias; delete it with DELETE /v1/aliases/{name}",
+                )
+            entry = self._entries.get(name)
+            if entry is None:
+                raise ApiError(404, f"collection: no collection {name!r}")
+            pointing = sorted(a for a, c in self._aliases.items() if c == name)
+            if pointing:
+                raise ApiError(
+                    409,
+                    f"collection: {name!r} is the target of the alias(es) {', '.join(pointing)}; "
+                    "point them elsewhere or delete them first",
+                )
+            entries = {n: e for n, e in self._entries.items() if n != name}
+            self._write_registry(entries, self._aliases)
+            self._entries = entries
+        folder = self.root / entry.record["folder"]
+        if entry.served is not None:
+            entry.served.close_when_idle(lambda: shutil.rmtree(folder, ignore_errors=True))
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
+        return {"name": name, "dropped": True}
+
+    # -- aliases -----------------------------------------------------------------------
+    def set_alias(self, alias: str, collection: str) -> dict[str, Any]:
+        check_name(alias, "alias")
+        check_name(collection, "collection")
+        with self._lock:
+            if alias == DEFAULT or alias in self._entries:
+                raise ApiError(409, f"alias: {alias!r} is the name of a collection")
+            if collection in self._aliases:
+                raise ApiError(
+                    422, f"collection: {collection!r} is an alias (aliases name collections)"
+                )
+            if collection != DEFAULT and collection not in self._entries:
+                raise ApiError(404, f"collection: no collection {collection!r}")
+            aliases = {**self._aliases, alias: collection}
+            self._write_registry(self._entries, aliases)
+            previous = self._aliases.get(alias)
+            self._aliases = aliases  # one assignment: a request sees the old or the new map
+        return {"alias": alias, "collection": collection, "previous": previous}
+
+    def drop_alias(self, alias: str) -> dict[str, Any]:
+        check_name(alias, "alias")
+        with self._lock:
+            if alias not in self._aliases:
+                raise ApiError(404, f"alias: no alias {alias!r}")
+            aliases = {a: c for a, c in self._aliases.items() if a != alias}
+            self._write_registry(self._entries, aliases)
+            self._aliases = aliases
+        return {"alias": alias, "deleted": True}
+
+    # -- opening ---------------------------------------------------------------------------
+    def _default_runtime(self) -> Runtime:
+        return self._default().runtime
+
+    def _place_labels(self, folder: Path, sp: PoincareIndexSpace, model, taxonomy) -> None:
+        """Check the model, or write the collection's label points (``labels.safetensors``):
+        a label checkpoint of that space as it is, else the taxonomy (given, or the
+        default collection's) placed by the cap construction in that space."""
+        from models.labels import LabelEmbedding
+
+        if model is not None:
+            if taxonomy is not None:
+                raise ApiError(
+                    422, "taxonomy: a model brings its own labels; give one or the other"
+                )
+            m = self._load_model(model)
+            if m.dim != sp.dim or abs(float(m.curvature) - sp.c) > 1e-9:
+                raise ApiError(
+                    422,
+                    f"space: the model {model!r} embeds in "
+                    f"poincare:{m.dim}@{float(m.curvature):g}, not poincare:{sp.dim}@{sp.c:g}",
+                )
+            return
+        labels = None
+        if taxonomy is None:
+            base = self._default_runtime()
+            tax = base.labels.taxonomy
+            if base.dim == sp.dim and abs(base.curvature - sp.c) < 1e-9:
+                labels = base.labels
+        elif isinstance(taxonomy, list):
+            tax = _inline_taxonomy(taxonomy)
+        else:
+            real = self._server_path(taxonomy, "taxonomy")
+            if real.suffix == ".safetensors":
+                try:
+                    labels = LabelEmbedding.load(real)
+                except Exception as e:  # noqa: BLE001 - a bad checkpoint of any kind
+                    raise ApiError(
+                        422, f"taxonomy: {taxonomy} is not a label checkpoint ({e})"
+                    ) from None
+                tax = labels.taxonomy
+                if labels.dim != sp.dim or abs(float(labels.curvature) - sp.c) > 1e-9:
+                    labels = None  # placed again in this space
+            else:
+                from models.taxonomy import Taxonomy
+
+                try:
+                    tax = Taxonomy.from_tsv(real)
+                except (ValueError, OSError) as e:
+                    raise ApiError(422, f"taxonomy: {taxonomy}: {e}") from None
+        if labels is None:
+            labels = _cap_labels(tax, sp)
+        labels.save(folder / LABELS_FILE)
+
+    def _server_path(self, path: str, what: str) -> Path:
+        try:
+            real = check_under_roots(path, self.settings.data_roots, what)
+        except OutsideRootsError as e:
+            raise ApiError(403, str(e)) from None
+        except (BuildInputError, ValueError) as e:
+            raise ApiError(422, str(e)) from None
+        if not real.is_file():
+            raise ApiError(404, f"{what}: {path} is not a file")
+        return real
+
+    def _load_model(self, model: str):
+        if model == DEFAULT:
+            m = self._default_runtime().model
+            if m is None:
+                raise ApiError(422, "model: the default collection has no model")
+            return m
+        from models.checkpoint import CheckpointError
+        from models.image_model import load_model
+
+        real = self._server_path(model, "model")
+        try:
+            return load_model(str(real))
+        except (CheckpointError, ValueError, OSError) as e:
+            raise ApiError(422, f"model: {model}: {e}") from None
+
+    def _open(self, rec: dict[str, Any], index_folder: str | None = None) -> Served:
+        """The runtime of a collection record (its live index folder, or ``index_folder``)."""
+        from models.labels import LabelEmbedding
+        from models.taxonomy import with_words
+
+        folder = self.root / rec["folder"]
+        model = None
+        if rec.get("model") is not None:
+            model = self._load_model(rec["model"])
+            labels = model.labels
+        else:
+            labels = LabelEmbedding.load(folder / LABELS_FILE)
+        sp = _check_space(rec["space"])
+        path = folder / (index_folder or rec["index"])
+        if (path / "store.sqlite3").exists():
+            index = HyperbolicIndex.load(path)
+        else:
+            index = HyperbolicIndex(dim=sp.dim, curvature=sp.c, path=path)
+        try:
+            if index.space != f"poincare:{sp.dim}" or abs(index.curvature - sp.c) > 1e-9:
+                raise ApiError(
+                    422,
+                    f"snapshot: its index is {index.space}@{index.curvature:g}, "
+                    f"the collection's space is {rec['space']}",
+                )
+            taxonomy = None
+            try:
+                base = self._default_runtime()
+            except ApiError:
+                base = None
+            if base is not None and labels.taxonomy == base.labels.taxonomy:
+                taxonomy = base.taxonomy  # with its words already
+            if taxonomy is None:
+                taxonomy = with_words(labels.taxonomy, self.settings.wordnet_dir)
+            rt = Runtime(
+                index,
+                labels,
+                model,
+                image_dir=folder / "images",
+                data_dir=self.settings.data_dir,
+                taxonomy=taxonomy,
+                wordnet_dir=self.settings.wordnet_dir,
+            )
+        except BaseException:
+            index.close()
+            raise
+        return self._start(rt)
+
+    # -- snapshots ------------------------------------------------------------------------
+    def _snapshot_dir(self, target: str) -> Path:
+        if target == DEFAULT:
+            return self.root / "_default" / "snapshots"
+        return self.root / self._entries[target].record["folder"] / "snapshots"
+
+    def create_snapshot(self, name: str) -> dict[str, Any]:
+        """A checksummed snapshot of the collection (a tar of the index's store,
+        snapshot file and manifest, with ``checksums.json``)."""
+        target = self.resolve(name)
+        served = self.acquire(target)
+        try:
+            snaps = self._snapshot_dir(target)
+            snaps.mkdir(parents=True, exist_ok=True)
+            now = _dt.datetime.now(_dt.UTC)
+            sid = f"{now:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+            stage = snaps / f".stage-{sid}"
+            try:
+                index = served.runtime.index
+                index.save(stage)
+                files = {p.name: _sha256_file(p) for p in sorted(stage.iterdir()) if p.is_file()}
+                sums = {
+                    "format": 1,
+                    "collection": target,
+                    "space": f"{index.space}@{index.curvature:g}",
+                    "items": len(index),
+                    "created": _now(),
+                    "files": files,
+                }
+                atomic_write_bytes(stage / CHECKSUMS_FILE, json.dumps(sums, indent=2).encode())
+                tmp = snaps / f".{sid}.tar"
+                with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
+                    for fname in [CHECKSUMS_FILE, *files]:
+                        tar.add(stage / fname, arcname=fname, recursive=False)
+                with open(tmp, "rb+") as f:
+                    os.fsync(f.fileno())
+                digest = _sha256_file(tmp)
+                info = {
+                    "snapshot": sid,
+                    "collection": target,
+                    "space": sums["space"],
+                    "items": sums["items"],
+                    "created": sums["created"],
+                    "bytes": tmp.stat().st_size,
+                    "sha256": digest,
+                }
+                tmp.replace(snaps / f"{sid}.tar")
+                atomic_write_bytes(snaps / f"{sid}.json", json.dumps(info).encode(), mode=0o644)
+            finally:
+                shutil.rmtree(stage, ignore_errors=True)
+                (snaps / f".{sid}.tar").unlink(missing_ok=True)
+        finally:
+            if served.owned:
+                served.release()
+        return info
+
+    def snapshots(self, name: str) -> list[dict[str, Any]]:
+        snaps = self._snapshot_dir(self.resolve(name))
+        out = []
+        for p in sorted(snaps.glob("*.json")) if snaps.exists() else ():
+            try:
+                out.append(json.loads(p.read_text()))
+            except ValueError:
+                continue
+        return out
+
+    def snapshot_file(self, name: str, sid: str) -> tuple[Path, dict[str, Any]]:
+        if not _SNAPSHOT.match(sid):
+            raise ApiError(422, f"snapshot: {sid!r} is not a snapshot id")
+        snaps = self._snapshot_dir(self.resolve(name))
+        meta, tar = snaps / f"{sid}.json", snaps / f"{sid}.tar"
+        if not meta.exists() or not tar.exists():
+            raise ApiError(404, f"snapshot: no snapshot {sid!r} of {name!r}")
+        return tar, json.loads(meta.read_text())
+
+    def delete_snapshot(self, name: str, sid: str) -> dict[str, Any]:
+        tar, _ = self.snapshot_file(name, sid)
+        tar.with_suffix(".json").unlink(missing_ok=True)
+        tar.unlink(missing_ok=True)
+        return {"snapshot": sid, "deleted": True}
+
+    def restore(self, name: str, sid: str) -> dict[str, Any]:
+        tar, _ = self.snapshot_file(name, sid)
+        return self._restore_tar(name, tar, sid)
+
+    def restore_upload(self, name: str, upload: Path, sha256: str | None) -> dict[str, Any]:
+        """Restore an uploaded snapshot tar (kept as a snapshot of the collection)."""
+        entry = self._entry(name)
+        if sha256 is not None and _sha256_file(upload) != sha256.lower():
+            raise ApiError(422, "sha256: the upload does not have the checksum given")
+        info = _verify_tar(upload, None)
+        snaps = self._snapshot_dir(entry.name)
+        snaps.mkdir(parents=True, exist_ok=True)
+        now = _dt.datetime.now(_dt.UTC)
+        sid = f"{now:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+        dest = snaps / f"{sid}.tar"
+        shutil.move(upload, dest)
+        meta = {
+            "snapshot": sid,
+            "collection": entry.name,
+            "space": info.get("space"),
+            "items": info.get("items"),
+            "created": info.get("created"),
+            "bytes": dest.stat().st_size,
+            "sha256": _sha256_file(dest),
+            "uploaded": _now(),
+        }
+        atomic_write_bytes(snaps / f"{sid}.json", json.dumps(meta).encode(), mode=0o644)
+        return self._restore_tar(entry.name, dest, sid)
+
+    def _restore_tar(self, name: str, tar: Path, sid: str) -> dict[str, Any]:
+        entry = self._entry(name)
+        with entry.lock:
+            rec = entry.record
+            folder = self.root / rec["folder"]
+            new_index = f"index-{uuid.uuid4().hex[:8]}"
+            stage = folder / new_index
+            try:
+                _verify_tar(tar, stage)
+                served = self._open(rec, new_index)
+            except BaseException:
+                shutil.rmtree(stage, ignore_errors=True)
+                raise
+            with self._lock:
+                if self._entries.get(entry.name) is not entry:  # dropped meanwhile
+                    served.close()
+                    shutil.rmtree(stage, ignore_errors=True)
+                    raise ApiError(404, f"collection: {entry.name!r} was dropped meanwhile")
+                old_index, old = rec["index"], entry.served
+                entry.record = {**rec, "index": new_index, "restored": sid}
+                try:
+                    self._write_registry(self._entries, self._aliases)
+                except BaseException:
+                    entry.record = rec
+                    served.close()
+                    shutil.rmtree(stage, ignore_errors=True)
+                    raise
+                entry.served = served
+                entry.error = None
+        old_path = folder / old_index
+        if old is not None:
+            old.close_when_idle(lambda: shutil.rmtree(old_path, ignore_errors=True))
+        else:
+            shutil.rmtree(old_path, ignore_errors=True)
+        return {
+            "collection": entry.name,
+            "snapshot": sid,
+            "restored": True,
+            "items": len(served.runtime),
+        }
+
+
+def _check_space(space: str) -> PoincareIndexSpace:
+    try:
+        sp = make_index_space(None, 1.0, space)
+    except IndexInputError as e:
+        raise ApiError(422, f"space: {e}") from None
+    if not isinstance(sp, PoincareIndexSpace):
+        raise ApiError(
+            422,
+            f"space: {space!r}: a collection is served in one Poincaré ball (poincare:D or "
+            "poincare:D@c); product spaces are for the indexing library only",
+        )
+    if sp.dim < 2:
+        raise ApiError(422, f"space: {space!r}: the dimension must be at least 2")
+    return sp
+
+
+def _inline_taxonomy(edges: list):
+    from models.taxonomy import Taxonomy
+
+    pairs = []
+    for i, e in enumerate(edges):
+        if (
+            not isinstance(e, list | tuple)
+            or len(e) != 2
+            or not all(isinstance(s, str) and s.strip() for s in e)
+        ):
+            raise ApiError(422, f"taxonomy[{i}]: expected [child, parent], two non-empty names")
+        pairs.append((e[0].strip(), e[1].strip()))
+    if not pairs:
+        raise ApiError(422, "taxonomy: no edges")
+    try:
+        return Taxonomy.from_edges(pairs)
+    except ValueError as e:
+        raise ApiError(422, f"taxonomy: {e}") from None
+
+
+def _cap_labels(tax, sp: PoincareIndexSpace):
+    """The taxonomy's nodes placed in the ball by the cap construction (no training)."""
+    from models.geometry import cones as mcones
+    from models.labels import LabelEmbedding
+    from models.labels.construct import cap_construction
+
+    spec = mcones.cone_spec("cap", **CAP_SPEC)
+    placed = cap_construction(tax, sp.dim, curvature=sp.c, seed=0, **CAP_SPEC)
+    emb = LabelEmbedding(
+        tax,
+        placed.points,
+        sp.c,
+        config={"init": "cap", "cone_theta0": CAP_SPEC["theta0"], "cone_beta": CAP_SPEC["beta"]},
+    )
+    emb.cone = dict(spec)
+    return emb
+
+
+def _verify_tar(tar: Path, dest: Path | None) -> dict[str, Any]:
+    """Check a snapshot tar (plain files with safe names, each matching its sha256
+    in ``checksums.json``, nothing missing or extra); extract it to ``dest`` when
+    given. Returns ``checksums.json``. Raises a 422 :class:`ApiError`."""
+    bad = "snapshot: the upload is not a hypsearch snapshot"
+    try:
+        with tarfile.open(tar, "r:") as tf:
+            members = tf.getmembers()
+            names = [m.name for m in members]
+            if CHECKSUMS_FILE not in names or len(set(names)) != len(names):
+                raise ApiError(422, f"{bad} (no checksums.json)")
+            for m in members:
+                if not m.isfile() or not _MEMBER.match(m.name):
+                    raise ApiError(422, f"{bad} (member {m.name!r})")
+            sums = json.loads(tf.extractfile(CHECKSUMS_FILE).read())
+            files = sums.get("files") if isinstance(sums, dict) else None
+            if not isinstance(files, dict) or set(files) != set(names) - {CHECKSUMS_FILE}:
+                raise ApiError(422, f"{bad} (checksums.json does not list its files)")
+            if dest is not None:
+                dest.mkdir(parents=True)
+            for m in members:
+                if m.name == CHECKSUMS_FILE:
+                    continue
+                h = hashlib.sha256()
+                src = tf.extractfile(m)
+                out = open(dest / m.name, "wb") if dest is not None else None  # noqa: SIM115
+                try:
+                    for chunk in iter(lambda s=src: s.read(1 << 20), b""):
+                        h.update(chunk)
+                        if out is not None:
+                            out.write(chunk)
+                    if out is not None:
+                        out.flush()
+                        os.fsync(out.fileno())
+                finally:
+                    if out is not None:
+                        out.close()
+                if h.hexdigest() != files[m.name]:
+                    raise ApiError(422, f"snapshot: {m.name} is corrupt (sha256 mismatch)")
+            if dest is not None:
+                fsync_dir(dest)
+    except (tarfile.TarError, OSError, ValueError, UnicodeDecodeError, EOFError) as e:
+        raise ApiError(422, f"{bad} ({type(e).__name__}: {e})") from None
+    return sums
