@@ -69,6 +69,7 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
 SNAPSHOT_PATTERN = r"^[0-9]{8}T[0-9]{6}-[0-9a-f]{8}$"
 _NAME = re.compile(NAME_PATTERN)
 _SNAPSHOT = re.compile(SNAPSHOT_PATTERN)
+_SYNSET = re.compile(r"^.+\.n\.\d\d$")  # WordNet noun synsets: their words are looked up
 _MEMBER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
 REGISTRY_FILE = "registry.json"
 CHECKSUMS_FILE = "checksums.json"
@@ -538,7 +539,7 @@ class Collections:
                 base = None
             if base is not None and labels.taxonomy == base.labels.taxonomy:
                 taxonomy = base.taxonomy  # with its words already
-            if taxonomy is None:
+            if taxonomy is None and all(_SYNSET.match(n) for n in labels.taxonomy.names):
                 taxonomy = with_words(labels.taxonomy, self.settings.wordnet_dir)
             rt = Runtime(
                 index,
