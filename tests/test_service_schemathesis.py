@@ -81,9 +81,11 @@ def test_every_endpoint(server):
     api = schemathesis.openapi.from_url(server + "/openapi.json")
     failures: list[str] = []
     operations = 0
+    labels = set()
     for result in api.get_all_operations():
         op = result.ok()
         operations += 1
+        labels.add(op.label)
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
 
             @given(case=op.as_strategy(generation_mode=mode))
@@ -104,4 +106,15 @@ def test_every_endpoint(server):
             except (Exception, BaseExceptionGroup) as e:  # noqa: BLE001 - reported together
                 failures.append(f"{op.label} ({mode.value}): {type(e).__name__}: {str(e)[:1500]}")
     assert operations >= 15
+    # collections, aliases, snapshots and the per-collection copies are in the run
+    for label in (
+        "POST /v1/collections",
+        "DELETE /v1/collections/{collection}",
+        "PUT /v1/aliases/{alias}",
+        "POST /v1/collections/{collection}/snapshots/upload",
+        "POST /v1/collections/{collection}/snapshots/{snapshot}/restore",
+        "POST /v1/collections/{collection}/search",
+        "PUT /v1/collections/{collection}/items/{item_id}",
+    ):
+        assert label in labels, label
     assert not failures, "\n\n".join(failures)
