@@ -49,6 +49,7 @@ def server(tmp_path_factory):
     rt = make_runtime(art, folder, n=300)
     (folder / "data").mkdir()
     s = Settings(
+        home=folder / "home",  # collections the run creates live there
         index=rt.index.path,
         data_roots=str(folder / "data"),
         log_json=False,
