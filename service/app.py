@@ -33,7 +33,7 @@ from .fastpath import SearchFastPath
 from .imaging import EncodedPicture
 from .jobs import JobManager
 from .observability import Metrics, RequestMiddleware, setup_logging
-from .routes import items, jobs, labels, ops, page, search
+from .routes import items, jobs, labels, ops, page, points, search
 from .runtime import Runtime, StartupError, open_runtime
 from .settings import Settings, get_settings
 
@@ -206,7 +206,7 @@ def create_app(
 
     app.state.services = services
     install_error_handlers(app)
-    for module in (ops, search, labels, items, jobs, page):
+    for module in (ops, search, labels, points, items, jobs, page):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     if settings.search_fast_path:  # inside RequestMiddleware (added last: outermost)
@@ -222,5 +222,6 @@ def create_app(
         metrics=metrics,
         max_body=settings.max_upload_bytes + MULTIPART_SLACK,
         max_json=settings.max_json_bytes,
+        max_batch_json=settings.max_batch_bytes,
     )
     return app
