@@ -61,8 +61,10 @@ def search_levels(
     *,
     by: str = "holder",
     labels: set[str] | None = None,
+    mask: np.ndarray | None = None,
 ) -> list[HierarchicalHit]:
-    """The hits ``[offset, offset + k)`` for the one query ``q`` (shape ``(1, dim)``)."""
+    """The hits ``[offset, offset + k)`` for the one query ``q`` (shape ``(1, dim)``);
+    ``mask`` (boolean, over the slots): only the items it marks."""
     t = live.table
     if by not in ("holder", "label"):
         raise IndexInputError(f"by: must be 'holder' or 'label', got {by!r}")
@@ -73,7 +75,8 @@ def search_levels(
         need = offset + k - pos
         if need <= 0:
             break
-        if only is None and by == "holder":
+        allowed = None
+        if only is None and by == "holder" and mask is None:
             count = t.count_for_holders(labs)  # no set built for a level skipped whole
             slots = None
         else:
@@ -81,6 +84,10 @@ def search_levels(
             if only is not None:
                 slots &= only
             count = len(slots)
+            if mask is not None and count:
+                allowed = np.fromiter(sorted(slots), dtype=np.int64, count=count)
+                allowed = allowed[mask[allowed]]
+                count = len(allowed)
         if count == 0:
             continue
         if pos + count <= offset:
@@ -88,7 +95,8 @@ def search_levels(
             continue
         if slots is None:
             slots = t.slots_for_holders(labs)
-        allowed = np.fromiter(sorted(slots), dtype=np.int64, count=count)
+        if allowed is None:
+            allowed = np.fromiter(sorted(slots), dtype=np.int64, count=count)
         take = min(count, need)
         slots, dists = live.search(q, take, allowed, ef)
         for j in range(take):

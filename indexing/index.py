@@ -17,10 +17,12 @@ keeps searches off the in-memory state while a write is applied to it;
 
 from __future__ import annotations
 
+import heapq
+import json
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
@@ -31,6 +33,7 @@ import numpy as np
 from .backend_choice import BackendChoice
 from .cones import HierarchicalHit, LabelCones
 from .errors import IndexInputError
+from .filters import Filter, PayloadColumns, parse_filter
 from .geometry import IndexSpace, PoincareIndexSpace, make_index_space
 from .hierarchical import chain_levels, search_levels
 from .holding import check_cones, load_cones, save_cones
@@ -118,6 +121,7 @@ class HyperbolicIndex:
         self._save_mutex = threading.Lock()
         self._cones: LabelCones | None = None
         self._closed = False
+        self._columns = PayloadColumns(lambda path: self._store.payload_field(path))
 
     @classmethod
     def load(
@@ -308,6 +312,9 @@ class HyperbolicIndex:
             seq = self._store.upsert(items, payload_json)
             with self._rw.write():
                 self._apply(lambda: self._live.upsert(items), seq)
+                if self._columns.has_columns():
+                    parsed = [None if p is None else json.loads(p) for p in payload_json]
+                    self._columns.update(self._live.table, ids, parsed)
 
     def delete(self, ids: Iterable[str]) -> int:
         """Delete items; unknown ids are ignored.  Returns how many were deleted."""
@@ -316,10 +323,25 @@ class HyperbolicIndex:
             return 0
         with self._write_mutex:
             self._check_open()
-            deleted, seq = self._store.delete(ids)
-            with self._rw.write():
-                self._apply(lambda: self._live.delete(deleted), seq)
-        return len(deleted)
+            return len(self._delete_locked(ids))
+
+    def delete_where(self, where: Filter | Mapping) -> list[str]:
+        """Delete the items passing the filter ``where`` (:mod:`indexing.filters`),
+        in one committed transaction; returns their ids."""
+        f = parse_filter(where, "filter")
+        with self._write_mutex:
+            self._check_open()
+            with self._rw.read():
+                t = self._live.table
+                slots = np.nonzero(self._columns.mask(t, f))[0].tolist()
+                ids = [t.ids[s] for s in slots]
+            return self._delete_locked(ids) if ids else []
+
+    def _delete_locked(self, ids: list[str]) -> list[str]:
+        deleted, seq = self._store.delete(ids)
+        with self._rw.write():
+            self._apply(lambda: self._live.delete(deleted), seq)
+        return deleted
 
     def _apply(self, fn: Callable[[], None], seq: int) -> None:
         """Apply a committed write to the in-memory state (write lock held).
@@ -350,6 +372,85 @@ class HyperbolicIndex:
             return None
         return Item(row["id"], row["vector"], row["label"], row["payload"], row["holder"])
 
+    def get_many(self, ids: Sequence[str], *, vectors: bool = True) -> list[Item]:
+        """The stored items among ``ids``, in that order (absent ids left out);
+        ``vectors=False`` skips reading the vectors (``Item.vector`` is then empty)."""
+        ids = check_ids(ids, "ids")
+        rows = self._store.get_many(ids, vectors=vectors)
+        empty = np.empty(0)
+        return [
+            Item(r["id"], r.get("vector", empty), r["label"], r["payload"], r["holder"])
+            for r in (rows.get(i) for i in ids)
+            if r is not None
+        ]
+
+    def filter_mask(self, where: Filter | Mapping) -> np.ndarray:
+        """The live slots passing ``where`` as a boolean mask (tests, benchmarks)."""
+        f = parse_filter(where, "filter")
+        with self._rw.read():
+            return self._columns.mask(self._live.table, f)
+
+    def count(self, where: Filter | Mapping | None = None) -> int:
+        """How many live items pass the filter ``where`` (all of them for ``None``)."""
+        if where is None:
+            return len(self)
+        f = parse_filter(where, "filter")
+        with self._rw.read():
+            self._check_open()
+            return int(np.count_nonzero(self._columns.mask(self._live.table, f)))
+
+    def scroll(
+        self,
+        where: Filter | Mapping | None = None,
+        limit: int = 100,
+        after: str | None = None,
+    ) -> tuple[list[str], str | None]:
+        """``(ids, next_after)``: up to ``limit`` ids of live items passing ``where``,
+        in id order, all greater than ``after``; ``next_after`` is the last id
+        when more may follow (pass it as ``after``), else ``None``.  Every item
+        that lives through a whole scroll is listed exactly once, whatever is
+        written meanwhile."""
+        limit = check_pos_int(limit, "limit")
+        if after is not None and not isinstance(after, str):
+            raise IndexInputError(f"after: expected str, got {type(after).__name__}")
+        f = None if where is None else parse_filter(where, "filter")
+        with self._rw.read():
+            self._check_open()
+            t = self._live.table
+            if f is None:
+                got = self._store.ids_after(after, limit + 1)
+            else:
+                got = self._scroll_filtered(t, self._columns.mask(t, f), limit + 1, after)
+        if len(got) > limit:
+            return got[:limit], got[limit - 1]
+        return got, None
+
+    def _scroll_filtered(self, t, mask: np.ndarray, want: int, after: str | None) -> list[str]:
+        m = int(np.count_nonzero(mask))
+        if m == 0:
+            return []
+        if m <= 0.05 * max(1, t.n_alive):  # few pass: pick them from the table
+            ids = (t.ids[s] for s in np.nonzero(mask)[0].tolist())
+            if after is not None:
+                ids = (i for i in ids if i > after)
+            return heapq.nsmallest(want, ids)
+        # many pass: walk the store in id order, keeping those that pass
+        out: list[str] = []
+        chunk = max(256, int(2 * want * t.n_alive / m))
+        slot_of, n = t.slot_of, len(mask)
+        while len(out) < want:
+            rows = self._store.ids_after(after, chunk)
+            for i in rows:
+                s = slot_of.get(i)
+                if s is not None and s < n and mask[s]:
+                    out.append(i)
+                    if len(out) == want:
+                        break
+            if len(rows) < chunk:
+                break
+            after = rows[-1]
+        return out
+
     def search(
         self,
         queries,
@@ -359,6 +460,7 @@ class HyperbolicIndex:
         labels: Iterable[str] | None = None,
         under: Iterable[str] | None = None,
         ef: int | None = None,
+        where: Filter | Mapping | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """The ``k`` nearest items of each query.
 
@@ -367,7 +469,8 @@ class HyperbolicIndex:
         exact float64 geodesic distances in ascending order.  Filters (combined
         by intersection): ``filter_ids`` (only these ids), ``labels`` (items
         whose label is in the set), ``under`` (items whose holding label is in
-        the set — pass the descendants-or-self of a taxonomy node).
+        the set — pass the descendants-or-self of a taxonomy node), ``where``
+        (a filter expression of :mod:`indexing.filters`, or a parsed ``Filter``).
         """
         q = self._space.as_points(queries, "queries", allow_1d=True)
         k = check_pos_int(k, "k")
@@ -376,10 +479,15 @@ class HyperbolicIndex:
         fi = None if filter_ids is None else check_str_set(filter_ids, "filter_ids")
         la = None if labels is None else check_str_set(labels, "labels")
         un = None if under is None else check_str_set(under, "under")
+        f = None if where is None else parse_filter(where, "filter")
         with self._rw.read():
             self._check_open()
             live = self._live
-            slots, dists = live.search(q, k, live.allowed(fi, la, un), ef)
+            allowed = live.allowed(fi, la, un)
+            if f is not None:
+                mask = self._columns.mask(live.table, f)
+                allowed = np.nonzero(mask)[0] if allowed is None else allowed[mask[allowed]]
+            slots, dists = live.search(q, k, allowed, ef)
             ids = live.ids_of(slots)
         return ids, dists
 
@@ -394,6 +502,7 @@ class HyperbolicIndex:
         ef: int | None = None,
         by: str = "holder",
         labels: Iterable[str] | None = None,
+        where: Filter | Mapping | None = None,
     ) -> list[HierarchicalHit]:
         """Hierarchical (cone) search for one query vector.
 
@@ -405,7 +514,8 @@ class HyperbolicIndex:
         distance, and ``[offset, offset + k)`` of that order is returned as
         :class:`HierarchicalHit` ``(id, distance, level, via=l(i))``.
         ``by="label"`` groups items by their own label instead of their holding
-        label; ``labels`` keeps only the items whose label is in that set.
+        label; ``labels`` keeps only the items whose label is in that set, and
+        ``where`` those passing that filter (:mod:`indexing.filters`).
         """
         q = self._space.as_points(query, "query", allow_1d=True)
         if len(q) != 1:
@@ -416,9 +526,13 @@ class HyperbolicIndex:
             ef = check_pos_int(ef, "ef")
         chain, levels = chain_levels(chain, descendants_of)
         la = None if labels is None else check_str_set(labels, "labels")
+        f = None if where is None else parse_filter(where, "filter")
         with self._rw.read():
             self._check_open()
-            return search_levels(self._live, q, chain, levels, k, offset, ef, by=by, labels=la)
+            mask = None if f is None else self._columns.mask(self._live.table, f)
+            return search_levels(
+                self._live, q, chain, levels, k, offset, ef, by=by, labels=la, mask=mask
+            )
 
     # -- snapshots ------------------------------------------------------------------------
     def save(self, path: str | os.PathLike | None = None) -> Path:

@@ -230,6 +230,62 @@ class Store:
             "payload": None if row[5] is None else json.loads(row[5]),
         }
 
+    def get_many(self, ids: Sequence[str], *, vectors: bool = True) -> dict[str, dict[str, Any]]:
+        """The live items among ``ids`` (as :meth:`get` gives them; ``vectors=False``
+        leaves ``vector`` out), by id."""
+        cols = "id, seq, label, holder, payload" + (", vector" if vectors else "")
+        out: dict[str, dict[str, Any]] = {}
+        with self._lock:
+            for a in range(0, len(ids), 500):
+                chunk = list(ids[a : a + 500])
+                q = ",".join("?" * len(chunk))
+                for r in self._con.execute(
+                    f"SELECT {cols} FROM items WHERE deleted=0 AND id IN ({q})", chunk
+                ):
+                    row = {
+                        "id": r[0],
+                        "seq": r[1],
+                        "label": r[2],
+                        "holder": r[3],
+                        "payload": None if r[4] is None else json.loads(r[4]),
+                    }
+                    if vectors:
+                        row["vector"] = np.frombuffer(r[5], dtype="<f8").astype(np.float64)
+                    out[r[0]] = row
+        return out
+
+    def ids_after(self, after: str | None, limit: int) -> list[str]:
+        """Up to ``limit`` live ids greater than ``after`` (all ids when ``None``), in
+        id order (SQLite compares text by its UTF-8 bytes: code point order, as
+        Python compares str)."""
+        with self._lock:
+            rows = self._con.execute(
+                "SELECT id FROM items WHERE deleted=0 AND id > ? ORDER BY id LIMIT ?",
+                ("" if after is None else after, int(limit)),
+            ).fetchall()
+        return [r[0] for r in rows]
+
+    def payload_field(self, path: Sequence[str]) -> Iterator[tuple[str, Any]]:
+        """``(id, value)`` of the field ``path`` of every live item's payload that has
+        it (``value`` parsed: scalars as they are, arrays and objects from JSON)."""
+        jp = "$" + "".join(f'."{seg}"' for seg in path)
+        sql = (
+            "SELECT id, json_type(payload, ?1), json_extract(payload, ?1) FROM items "
+            "WHERE deleted=0 AND payload IS NOT NULL AND json_type(payload, ?1) IS NOT NULL"
+        )
+        with self._lock:
+            rows = self._con.execute(sql, (jp,)).fetchall()
+        for item_id, kind, value in rows:
+            if kind in ("array", "object"):
+                value = json.loads(value)
+            elif kind == "true":
+                value = True
+            elif kind == "false":
+                value = False
+            elif kind == "null":
+                value = None
+            yield item_id, value
+
     def count_live(self) -> int:
         with self._lock:
             return int(

@@ -34,7 +34,7 @@ from .fastpath import SearchFastPath
 from .imaging import EncodedPicture
 from .jobs import JobManager
 from .observability import Metrics, RequestMiddleware, setup_logging
-from .routes import collections, items, jobs, labels, ops, page, search, snapshots
+from .routes import collections, items, jobs, labels, ops, page, points, search, snapshots
 from .runtime import Runtime, StartupError, open_runtime
 from .settings import Settings, get_settings
 
@@ -238,7 +238,7 @@ def create_app(
 
     app.state.services = services
     install_error_handlers(app)
-    modules = (ops, search, labels, items, jobs, page)
+    modules = (ops, search, labels, points, items, jobs, page)
     for module in modules:
         app.include_router(module.router)
     # the same routes under /v1/collections/{collection}/ (service.collections)
@@ -259,5 +259,6 @@ def create_app(
         metrics=metrics,
         max_body=settings.max_upload_bytes + MULTIPART_SLACK,
         max_json=settings.max_json_bytes,
+        max_batch_json=settings.max_batch_bytes,
     )
     return app

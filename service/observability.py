@@ -155,11 +155,21 @@ def setup_logging(level: str = "INFO", as_json: bool = True) -> None:
 # ---------------------------------------------------------------- middleware
 
 
+#: paths (suffixes, so that prefixed copies match too) whose JSON bodies are batches
+BATCH_PATHS = ("/items/batch", "/search/batch")
+
+
 class RequestMiddleware:
     """Pure ASGI: request id, access log, latency histogram, body size cap (413)."""
 
     def __init__(
-        self, app, *, metrics: Metrics, max_body: int, max_json: int | None = None
+        self,
+        app,
+        *,
+        metrics: Metrics,
+        max_body: int,
+        max_json: int | None = None,
+        max_batch_json: int | None = None,
     ) -> None:
         self.app = app
         self.metrics = metrics
@@ -167,6 +177,8 @@ class RequestMiddleware:
         # a JSON body is parsed whole (several times its size in memory) before
         # any field is checked: it gets its own, smaller cap
         self.max_json = max_body if max_json is None else min(max_json, max_body)
+        # the batch routes (BATCH_PATHS) take many items in one body: their own cap
+        self.max_batch_json = self.max_json if max_batch_json is None else max_batch_json
         self.log = logging.getLogger("service.access")
 
     async def __call__(self, scope, receive, send):
@@ -193,7 +205,10 @@ class RequestMiddleware:
                 except ValueError:
                     length = None
             elif k == b"content-type" and _is_json(v):
-                limit, setting = self.max_json, "HYPSEARCH_MAX_JSON_BYTES"
+                if scope["path"].endswith(BATCH_PATHS):
+                    limit, setting = self.max_batch_json, "HYPSEARCH_MAX_BATCH_BYTES"
+                else:
+                    limit, setting = self.max_json, "HYPSEARCH_MAX_JSON_BYTES"
         too_big = length is not None and length > limit
 
         async def send_wrapper(message):

@@ -109,7 +109,14 @@ def answer_json(rt: Runtime, ans: Answer, disk: bool = False) -> bytes:
             distance_to_origin=ans.query_radius,
         ),
         results=[
-            HitOut(id=h.id, distance=h.distance, label=h.label, level=h.level, via=h.via)
+            HitOut(
+                id=h.id,
+                distance=h.distance,
+                label=h.label,
+                level=h.level,
+                via=h.via,
+                **(h.extra or {}),
+            )
             for h in ans.hits
         ],
     )

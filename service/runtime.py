@@ -290,13 +290,24 @@ class Runtime:
         ids = list(ids)
         with self._write_lock:
             n = self.index.delete(ids)
-            with self._tally_lock:
-                for i in ids:
-                    if i in self._item_label:
-                        self._tally(i, None)
-                        del self._item_label[i]
-                self._version += 1
+            self._untally(ids)
         return n
+
+    def delete_where(self, where) -> int:
+        """Delete the items passing a filter (:meth:`indexing.HyperbolicIndex.delete_where`:
+        one committed transaction); returns how many."""
+        with self._write_lock:
+            ids = self.index.delete_where(where)
+            self._untally(ids)
+        return len(ids)
+
+    def _untally(self, ids: list[str]) -> None:
+        with self._tally_lock:
+            for i in ids:
+                if i in self._item_label:
+                    self._tally(i, None)
+                    del self._item_label[i]
+            self._version += 1
 
     # -- pictures -------------------------------------------------------------------
     def picture(self, payload: Any) -> np.ndarray | None:

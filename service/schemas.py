@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -17,6 +17,28 @@ _LEVELS_DOC = (
 
 MAX_DIM = 4096
 _EXAMPLE_VECTOR = [0.12, -0.05, 0.31, 0.02, -0.44, 0.08, 0.15, -0.21, 0.03, 0.09]
+
+#: a filter expression F (checked by indexing.filters; see service/README.md)
+_FILTER_EXAMPLE = {
+    "must": [{"under": "footwear"}, {"key": "payload.price", "range": {"lt": 50}}],
+    "should": [
+        {"key": "payload.color", "match": "red"},
+        {"key": "payload.tags", "in": ["sale", "new"]},
+    ],
+    "must_not": [{"key": "label", "match": "sandal.n.01"}],
+}
+FILTER_DOC = (
+    'a filter: {"must": [C...], "should": [C...], "must_not": [C...]}; a condition C is '
+    '{"key": K, "match": V}, {"key": K, "in": [V...]}, {"key": K, "range": {"gt"|"gte"|"lt"|'
+    '"lte": number}}, {"under": "<label>"} or a nested filter; K is label, id or '
+    "payload.<field>[.<field>...]"
+)
+FilterField = Annotated[
+    dict[str, Any] | None,
+    Field(default=None, description=FILTER_DOC, examples=[_FILTER_EXAMPLE]),
+]
+WITH_VECTOR_DOC = "add each item's vector"
+WITH_PAYLOAD_DOC = "add each item's payload (the stored JSON object)"
 
 
 # ---------------------------------------------------------------- errors
@@ -68,6 +90,13 @@ class SearchIn(BaseModel):
                 {"label": "sneaker", "k": 10, "mode": "hierarchical", "levels": "taxonomy"},
                 {"id": "fashion-mnist-test-42", "k": 5},
                 {"vector": _EXAMPLE_VECTOR, "k": 10, "offset": 10, "mode": "nearest"},
+                {
+                    "label": "sneaker",
+                    "k": 5,
+                    "filter": {"must": [{"key": "payload.color", "match": "red"}]},
+                    "with_payload": True,
+                    "max_distance": 3.5,
+                },
             ],
         },
     )
@@ -98,6 +127,12 @@ class SearchIn(BaseModel):
     )
     levels: Levels | None = Field(default=None, description=_LEVELS_DOC)
     disk: bool = Field(default=False, description="add a 2-D Poincaré-disk layout of the answer")
+    filter: FilterField
+    with_vector: bool = Field(default=False, description=WITH_VECTOR_DOC)
+    with_payload: bool = Field(default=False, description=WITH_PAYLOAD_DOC)
+    max_distance: Finite | None = Field(
+        default=None, ge=0, description="leave out the hits farther than this from the query"
+    )
 
     @model_validator(mode="after")
     def _one_query(self) -> SearchIn:
@@ -123,6 +158,9 @@ class ImageSearchParams(BaseModel):
     per_level: int | None = Field(default=None, ge=1, le=1000)
     levels: Levels | None = Field(default=None, description=_LEVELS_DOC)
     disk: bool = False
+    with_vector: bool = Field(default=False, description=WITH_VECTOR_DOC)
+    with_payload: bool = Field(default=False, description=WITH_PAYLOAD_DOC)
+    max_distance: Finite | None = Field(default=None, ge=0)
 
 
 class QueryOut(BaseModel):
@@ -142,6 +180,8 @@ class HitOut(BaseModel):
         description="hierarchical mode: the chain label of the level (levels 'cone': the "
         "label whose cone holds the item)"
     )
+    vector: list[float] | None = Field(default=None, description="with_vector: the item's point")
+    payload: dict | None = Field(default=None, description="with_payload: the item's payload")
 
 
 class DiskPoint(BaseModel):
@@ -286,6 +326,11 @@ class ItemIn(BaseModel):
         max_length=300,
         description="synset or word; default: the nearest prototype among labels in use",
     )
+    payload: dict[str, Any] | None = Field(
+        default=None,
+        description="a JSON object kept with the item ('image' and 'label_source' are the "
+        "service's own keys)",
+    )
 
 
 class ItemOut(BaseModel):
@@ -369,3 +414,214 @@ class JobOut(BaseModel):
     created_at: float
     started_at: float | None
     finished_at: float | None
+
+
+# ---------------------------------------------------------------- batches, scroll, count
+
+
+class SearchBatchIn(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "searches": [
+                        {"label": "sneaker", "k": 3},
+                        {"id": "fashion-mnist-test-42", "k": 3, "with_payload": True},
+                    ]
+                }
+            ]
+        },
+    )
+
+    searches: list[SearchIn] = Field(
+        min_length=1,
+        description="searches, answered in order (at most HYPSEARCH_MAX_BATCH_SEARCHES)",
+    )
+
+
+class SearchBatchOut(BaseModel):
+    answers: list[SearchOut]
+
+
+class BatchItemIn(BaseModel):
+    """Exactly one of ``vector`` and ``image``."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"oneOf": [{"required": ["vector"]}, {"required": ["image"]}]},
+    )
+
+    id: str = Field(min_length=1, max_length=2000)
+    vector: list[Finite] | None = Field(
+        default=None, min_length=1, max_length=MAX_DIM, description="a point of the ball"
+    )
+    image: str | None = Field(
+        default=None, min_length=1, description="a picture (PNG, JPEG, ...) in base64"
+    )
+    label: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=300,
+        description="synset or word; default: the nearest prototype among labels in use",
+    )
+    payload: dict[str, Any] | None = Field(
+        default=None,
+        description="a JSON object kept with the item ('image' and 'label_source' are the "
+        "service's own keys)",
+    )
+
+    @model_validator(mode="after")
+    def _one_point(self) -> BatchItemIn:
+        if (self.vector is None) == (self.image is None):
+            raise ValueError("give exactly one of vector, image")
+        return self
+
+
+class ItemsBatchIn(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "items": [
+                        {
+                            "id": "shoe-1",
+                            "vector": _EXAMPLE_VECTOR,
+                            "label": "sneaker",
+                            "payload": {"color": "red", "price": 39.5},
+                        },
+                        {"id": "shoe-2", "image": "iVBORw0KGgoAAAANSUhEUgAA...", "label": "sandal"},
+                    ]
+                }
+            ]
+        },
+    )
+
+    items: list[BatchItemIn] = Field(
+        min_length=1, description="items to upsert (at most HYPSEARCH_MAX_BATCH_ITEMS), all or none"
+    )
+
+
+class UpsertedOut(BaseModel):
+    upserted: int = Field(description="items written (durable)", examples=[2])
+
+
+class ItemsDeleteIn(BaseModel):
+    """Exactly one of ``ids`` and ``filter``."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "oneOf": [{"required": ["ids"]}, {"required": ["filter"]}],
+            "examples": [
+                {"ids": ["shoe-1", "shoe-2"]},
+                {"filter": {"must": [{"key": "payload.color", "match": "red"}]}},
+            ],
+        },
+    )
+
+    ids: list[Annotated[str, Field(min_length=1, max_length=2000)]] | None = Field(
+        default=None, description="ids to delete (unknown ids are ignored)"
+    )
+    filter: FilterField
+
+    @model_validator(mode="after")
+    def _one_way(self) -> ItemsDeleteIn:
+        if (self.ids is None) == (self.filter is None):
+            raise ValueError("give exactly one of ids, filter")
+        return self
+
+
+class DeletedCountOut(BaseModel):
+    deleted: int = Field(description="items deleted (durable)", examples=[2])
+
+
+class ItemsGetIn(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [{"ids": ["shoe-1", "shoe-2"], "with_payload": True, "with_vector": False}]
+        },
+    )
+
+    ids: list[Annotated[str, Field(min_length=1, max_length=2000)]] = Field(
+        description="ids to read (absent ids are left out of the answer)"
+    )
+    with_vector: bool = Field(default=False, description=WITH_VECTOR_DOC)
+    with_payload: bool = Field(default=False, description=WITH_PAYLOAD_DOC)
+
+
+class PointOut(BaseModel):
+    id: str
+    label: str | None
+    holder: str | None = Field(
+        default=None, description="the deepest label whose cone holds the item's point"
+    )
+    vector: list[float] | None = Field(default=None, description="with_vector: the item's point")
+    payload: dict | None = Field(default=None, description="with_payload: the item's payload")
+
+
+_POINT_EXAMPLE = {
+    "id": "shoe-1",
+    "label": "gym_shoe.n.01",
+    "holder": "gym_shoe.n.01",
+    "payload": {"color": "red", "price": 39.5, "label_source": "given"},
+}
+
+
+class PointsOut(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"items": [_POINT_EXAMPLE]}]})
+
+    items: list[PointOut]
+
+
+class ScrollIn(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"limit": 100},
+                {
+                    "filter": {"must": [{"under": "footwear"}]},
+                    "limit": 100,
+                    "cursor": "eyJhZnRlciI6ICJzaG9lLTEifQ",
+                    "with_payload": True,
+                },
+            ]
+        },
+    )
+
+    filter: FilterField
+    limit: int = Field(default=100, ge=1, le=10_000, description="items per page")
+    cursor: str | None = Field(
+        default=None,
+        max_length=4096,
+        description="null for the first page, then the answer's next_cursor",
+    )
+    with_vector: bool = Field(default=False, description=WITH_VECTOR_DOC)
+    with_payload: bool = Field(default=False, description=WITH_PAYLOAD_DOC)
+
+
+class ScrollOut(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"items": [_POINT_EXAMPLE], "next_cursor": "eyJhZnRlciI6ICJzaG9lLTEifQ"}]
+        }
+    )
+
+    items: list[PointOut] = Field(description="the page, in id order")
+    next_cursor: str | None = Field(description="the next page's cursor; null after the last page")
+
+
+class CountIn(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"filter": {"must": [{"under": "footwear"}]}}, {}]},
+    )
+
+    filter: FilterField
+
+
+class CountOut(BaseModel):
+    count: int = Field(examples=[1000])

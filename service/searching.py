@@ -29,6 +29,11 @@
 * :func:`query_of` turns a validated request (:class:`service.schemas.SearchIn`,
   :class:`service.schemas.ImageSearchParams`) into its :class:`Query`, for the
   routes and the fast path alike.
+* ``filter`` (a filter expression, :mod:`indexing.filters`; its ``under``
+  conditions cover the labels in use at or below the node, as ``under`` does)
+  narrows both modes inside the index search; ``max_distance`` leaves out the
+  hits of the page farther than it; ``with_vector`` / ``with_payload`` add the
+  items' stored vectors and payloads (one store read per answer).
 * :func:`search_many` answers a batch of concurrent requests (:class:`Query`)
   exactly as :func:`query_point` and :func:`search` answer each one, with the
   per-request work batched: one nearest-prototype table for the vectors that
@@ -45,6 +50,7 @@ from typing import Any
 
 import numpy as np
 
+from indexing.filters import Filter, parse_filter
 from models.geometry import ranking
 from models.taxonomy import UnknownLabelError
 
@@ -62,6 +68,7 @@ class Hit:
     label: str | None
     level: int | None
     via: str | None
+    extra: dict | None = None  # with_vector / with_payload: "vector", "payload"
 
 
 @dataclass
@@ -91,6 +98,15 @@ class Query:
     item_id: str | None = None
     point: np.ndarray | None = None
     point_label: str | None = None
+    filter: Any = None  # a filter expression (JSON), parsed by the worker
+    with_vector: bool = False
+    with_payload: bool = False
+    max_distance: float | None = None
+
+    @property
+    def plain(self) -> bool:
+        """Answered with the batch's one index search (nearest, no filters)."""
+        return self.mode == "nearest" and self.under is None and self.filter is None
 
 
 def check_vector(rt: Runtime, vector, field: str = "vector") -> np.ndarray:
@@ -125,9 +141,41 @@ def query_of(req: SearchIn | ImageSearchParams, settings) -> Query:
     check_window(req.k, req.offset, settings)
     q = Query(k=req.k, offset=req.offset, mode=req.mode, under=req.under)
     q.per_level, q.levels = req.per_level, req.levels
+    q.with_vector, q.with_payload, q.max_distance = (
+        req.with_vector,
+        req.with_payload,
+        req.max_distance,
+    )
     if isinstance(req, SearchIn):
         q.vector, q.label, q.item_id = req.vector, req.label, req.id
+        q.filter = req.filter
     return q
+
+
+def parse_where(rt: Runtime, expr, name: str = "filter") -> Filter:
+    """A filter expression checked (a 422 naming its part), its ``under`` conditions
+    covering the labels in use at or below the node (unknown labels: 422 with
+    suggestions)."""
+    return parse_filter(
+        expr, name, under_of=lambda lab, where: rt.used_under(resolve_label(rt, lab, where))
+    )
+
+
+def decorate(rt: Runtime, hits: list[Hit], with_vector: bool, with_payload: bool) -> None:
+    """Add the stored vectors and/or payloads to ``hits`` (one store read)."""
+    if not (with_vector or with_payload) or not hits:
+        return
+    items = {it.id: it for it in rt.index.get_many([h.id for h in hits], vectors=with_vector)}
+    for h in hits:
+        it = items.get(h.id)
+        extra: dict[str, Any] = {}
+        if with_vector:
+            extra["vector"] = None if it is None else it.vector.tolist()
+        if with_payload:
+            extra["payload"] = (
+                it.payload if it is not None and isinstance(it.payload, dict) else None
+            )
+        h.extra = extra
 
 
 def query_point(
@@ -163,20 +211,24 @@ def search(
     per_level: int | None = None,
     radius: float | None = None,
     levels: str | None = None,
+    where=None,
 ) -> Answer:
     """Run one search of the point ``x``; see the module docstring. ``radius``:
     the distance of ``x`` to the origin when the caller has it; ``levels``:
-    ``"cone"`` or ``"taxonomy"`` (default: :attr:`Runtime.default_levels`)."""
+    ``"cone"`` or ``"taxonomy"`` (default: :attr:`Runtime.default_levels`);
+    ``where``: a filter expression (or a parsed :class:`Filter`)."""
     allowed: set[str] | None = None
     if under is not None:
         allowed = rt.used_under(resolve_label(rt, under, "under"))
+    if where is not None:
+        where = parse_where(rt, where)
     want = offset + k + (1 if exclude is not None else 0)
     start = 0  # rank of the first hit fetched
     hits: list[Hit] = []
     chain = None
     if mode == "nearest":
         if allowed is None or allowed:
-            ids, dists = rt.index.search(x, k=want, labels=allowed)
+            ids, dists = rt.index.search(x, k=want, labels=allowed, where=where)
             hits = _nearest_hits(rt, ids[0], dists[0])
     elif mode == "hierarchical":
         if query_label is None:  # pragma: no cover - every query has a label
@@ -186,7 +238,7 @@ def search(
             raise bad_input(f"levels: must be cone or taxonomy, got {lv!r}")
         chain = rt.chain(query_label, lv)
         if per_level is not None:
-            hits = _per_level(rt, x, chain, allowed, per_level, want, exclude, lv)
+            hits = _per_level(rt, x, chain, allowed, per_level, want, exclude, lv, where)
         else:
             start = offset if exclude is None else 0
             got = rt.index.search_hierarchical(
@@ -197,6 +249,7 @@ def search(
                 offset=start,
                 by="holder" if lv == "cone" else "label",
                 labels=allowed,
+                where=where,
             )
             for h in got:
                 hits.append(Hit(h.id, float(h.distance), rt.label_of(h.id), int(h.level), h.via))
@@ -256,7 +309,7 @@ def search_many(rt: Runtime, queries: Sequence[Query]) -> list[Answer | Exceptio
         if out[i] is not None:
             continue
         q = queries[i]
-        if q.mode == "nearest" and q.under is None:
+        if q.plain:
             want = q.offset + q.k + (1 if excludes[i] is not None else 0)
             groups.setdefault(want, []).append(i)
             continue
@@ -273,6 +326,7 @@ def search_many(rt: Runtime, queries: Sequence[Query]) -> list[Answer | Exceptio
                 per_level=q.per_level,
                 radius=radii[i],
                 levels=q.levels,
+                where=q.filter,
             )
         except Exception as e:  # noqa: BLE001 - that query's answer
             out[i] = e
@@ -281,7 +335,21 @@ def search_many(rt: Runtime, queries: Sequence[Query]) -> list[Answer | Exceptio
             q = queries[i]
             hits = _window(_nearest_hits(rt, ids, dists), excludes[i], q.offset, q.k)
             out[i] = Answer(labels[i], xs[i], radii[i], hits, None)
+    for i, q in enumerate(queries):
+        ans = out[i]
+        if isinstance(ans, Answer):
+            try:
+                _finish(rt, q, ans)
+            except Exception as e:  # noqa: BLE001 - that query's answer
+                out[i] = e
     return out  # type: ignore[return-value]
+
+
+def _finish(rt: Runtime, q: Query, ans: Answer) -> None:
+    """``max_distance``, then ``with_vector`` / ``with_payload``, on an answer."""
+    if q.max_distance is not None:
+        ans.hits = [h for h in ans.hits if h.distance <= q.max_distance]
+    decorate(rt, ans.hits, q.with_vector, q.with_payload)
 
 
 def _stack(xs: list, rows: list[int]) -> np.ndarray:
@@ -313,7 +381,7 @@ def _each(out: list, rows: list[int], batched) -> list:
 
 
 def _per_level(
-    rt, x, chain, allowed, per_level: int, want: int, exclude: str | None, levels: str
+    rt, x, chain, allowed, per_level: int, want: int, exclude: str | None, levels: str, where=None
 ) -> list[Hit]:
     """Hierarchical order with at most ``per_level`` items of each level: level ``i``
     is a k-NN over the items of ``chain[i]``'s level (by cone or by taxonomy, as
@@ -332,9 +400,9 @@ def _per_level(
             continue
         take = min(per_level, want - len(hits)) + (1 if exclude is not None else 0)
         if levels == "cone":
-            ids, dists = rt.index.search(x, k=take, under=level_labels, labels=allowed)
+            ids, dists = rt.index.search(x, k=take, under=level_labels, labels=allowed, where=where)
         else:
-            ids, dists = rt.index.search(x, k=take, labels=level_labels)
+            ids, dists = rt.index.search(x, k=take, labels=level_labels, where=where)
         got = [
             Hit(i, float(d), rt.label_of(i), lvl, lab)
             for i, d in zip(ids[0].tolist(), dists[0].tolist(), strict=True)

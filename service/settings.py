@@ -67,6 +67,16 @@ class Settings(BaseSettings):
         ge=1,
         description="decoded width x height above which an image is refused",
     )
+    max_batch_items: int = Field(
+        default=10_000, ge=1, description="items of one batch upsert, delete or get at most"
+    )
+    max_batch_searches: int = Field(default=100, ge=1, description="searches of one batch at most")
+    max_batch_bytes: int = Field(
+        default=64 * 1024 * 1024,
+        ge=1,
+        description="JSON bodies of the batch routes (/items/batch, /search/batch) above this "
+        "are refused (413) before they are parsed",
+    )
     max_k: int = Field(default=1000, ge=1)
     max_window: int = Field(default=10_000, ge=1, description="offset + k at most")
 

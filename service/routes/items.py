@@ -25,6 +25,27 @@ from ..pipeline import check_upload_size, embed_upload
 from ..runtime import Runtime
 from ..schemas import INVALID, DeletedOut, ErrorOut, ItemIn, ItemOut
 
+#: payload keys the service writes itself: a client's payload may not set them
+#: (``image`` names a file the service serves)
+RESERVED_KEYS = ("image", "label_source")
+
+
+def check_user_payload(payload: dict | None, field: str = "payload") -> None:
+    if payload:
+        for key in RESERVED_KEYS:
+            if key in payload:
+                raise ApiError(422, f"{field}.{key}: reserved (the service writes this key)")
+
+
+def item_payload(user: dict | None, source: str, image: dict | None) -> dict[str, Any]:
+    """The stored payload: the client's keys, ``label_source`` and the picture's ref."""
+    payload: dict[str, Any] = dict(user or {})
+    payload["label_source"] = source
+    if image is not None:
+        payload["image"] = image
+    return payload
+
+
 router = APIRouter(prefix="/v1/items", tags=["items"], responses=INVALID)
 
 ItemId = Annotated[str, Path(description="item id (may contain '/')", max_length=2000)]
@@ -101,7 +122,12 @@ def get_item(rt: RuntimeDep, item_id: ItemId) -> ItemOut:
 
 
 def _upsert(
-    rt: Runtime, item_id: str, x: np.ndarray, label: str | None, image: dict | None
+    rt: Runtime,
+    item_id: str,
+    x: np.ndarray,
+    label: str | None,
+    image: dict | None,
+    user_payload: dict | None = None,
 ) -> ItemOut:
     if label is not None:
         label = searching.resolve_label(rt, label)
@@ -109,9 +135,7 @@ def _upsert(
     else:
         label = rt.nearest_used_labels(x[None])[0]
         source = "predicted"
-    payload: dict[str, Any] = {"label_source": source}
-    if image is not None:
-        payload["image"] = image
+    payload: dict[str, Any] = item_payload(user_payload, source, image)
     rt.upsert([item_id], x[None], [label], [payload])
     item = rt.index.get(item_id)
     if item is None:  # pragma: no cover - deleted by a concurrent request
@@ -190,7 +214,8 @@ async def put_item(request: Request, rt: RuntimeDep, svc: ServicesDep, item_id: 
                 ]
             ) from None
         x = searching.check_vector(rt, body.vector)
-        return await run_in_threadpool(_upsert, rt, item_id, x, body.label, None)
+        check_user_payload(body.payload)
+        return await run_in_threadpool(_upsert, rt, item_id, x, body.label, None, body.payload)
     if ctype == "multipart/form-data":
         try:
             form = await request.form(max_files=1, max_fields=4)

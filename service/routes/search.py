@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, File, Query, Response, UploadFile
 from starlette.concurrency import run_in_threadpool
 
+from indexing import IndexInputError
+from models.taxonomy import UnknownLabelError
+
 from .. import searching
 from ..deps import BatcherDep, RuntimeDep, SearcherDep, SettingsDep
+from ..errors import ApiError
 from ..pipeline import answer_json, embed_upload, search_picture, search_request
 from ..runtime import Runtime
 from ..schemas import (
@@ -17,6 +22,8 @@ from ..schemas import (
     ErrorOut,
     ImageSearchParams,
     LabelDistance,
+    SearchBatchIn,
+    SearchBatchOut,
     SearchIn,
     SearchOut,
 )
@@ -87,6 +94,60 @@ async def search(
     the labels indexed items carry. A search by `id` leaves that item out."""
     # concurrent searches are answered in batches by one worker thread (service.batching)
     return await _respond(rt, await search_request(settings, searcher, body), body.disk)
+
+
+def _named(i: int, e: BaseException) -> BaseException:
+    """A search's error, its detail naming the search (``searches[i]: ...``)."""
+    if isinstance(e, ApiError):
+        err = ApiError(e.status, f"searches[{i}].{e.detail}", **e.extra)
+    elif isinstance(e, UnknownLabelError):
+        err = ApiError(422, f"searches[{i}].label: {e}", suggestions=list(e.suggestions))
+    elif isinstance(e, IndexInputError):
+        err = ApiError(422, f"searches[{i}].{e}")
+    else:
+        return e
+    err.headers = getattr(e, "headers", None)
+    return err
+
+
+@router.post(
+    "/search/batch",
+    response_model=SearchBatchOut,
+    response_model_exclude_unset=True,
+    summary="Many searches in one request, answered in order",
+    responses={
+        **ERRORS,
+        413: {"model": ErrorOut, "description": "more searches than HYPSEARCH_MAX_BATCH_SEARCHES"},
+    },
+)
+async def search_batch(
+    body: SearchBatchIn, rt: RuntimeDep, settings: SettingsDep, searcher: SearcherDep
+) -> SearchBatchOut:
+    """Each search is a `POST /v1/search` body; `answers[i]` is what that route
+    would answer for `searches[i]`. One bad search fails the request, its error
+    naming it (`searches[2].label: ...`). The searches are answered in batches
+    with the concurrent ones (service.batching)."""
+    n = len(body.searches)
+    if n > settings.max_batch_searches:
+        raise ApiError(
+            413,
+            f"searches: {n:,} in one request, at most {settings.max_batch_searches:,} "
+            "(HYPSEARCH_MAX_BATCH_SEARCHES)",
+        )
+    got = await asyncio.gather(
+        *(search_request(settings, searcher, s) for s in body.searches), return_exceptions=True
+    )
+    for i, g in enumerate(got):
+        if isinstance(g, BaseException):
+            raise _named(i, g)
+
+    def encode() -> bytes:
+        parts = [answer_json(rt, a, s.disk) for a, s in zip(got, body.searches, strict=True)]
+        return b'{"answers":[' + b",".join(parts) + b"]}"
+
+    if any(s.disk for s in body.searches):
+        return _json(await run_in_threadpool(encode))
+    return _json(encode())
 
 
 @router.post(

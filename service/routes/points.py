@@ -1,0 +1,295 @@
+"""Many items at once: batch upsert, delete by ids or by filter, get by ids,
+scroll (a stable cursor) and count.
+
+Every route reaches the index through the dependencies (:data:`RuntimeDep`),
+never ``app.state``. A batch upsert is checked whole before anything is
+written and then written in one store transaction (:meth:`Runtime.upsert`):
+all of it or none, answered once durable. Filters are
+:mod:`indexing.filters` expressions (:func:`service.searching.parse_where`).
+
+Scroll cursors are opaque to clients: the URL-safe base64 of
+``{"after": <last id>}``; a page lists the items after that id in id order,
+so items written while a client scrolls never make it repeat or skip an item
+that exists throughout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import json
+import re
+
+import numpy as np
+from fastapi import APIRouter
+from fastapi.concurrency import run_in_threadpool
+
+from indexing import IndexInputError
+from models.geometry import ranking
+
+from .. import searching
+from ..deps import NO_MODEL, RuntimeDep, ServicesDep, SettingsDep, WriteAccess
+from ..errors import ApiError
+from ..imaging import decode_image
+from ..pipeline import embed_upload
+from ..runtime import Runtime
+from ..schemas import (
+    INVALID,
+    CountIn,
+    CountOut,
+    DeletedCountOut,
+    ErrorOut,
+    ItemsBatchIn,
+    ItemsDeleteIn,
+    ItemsGetIn,
+    PointOut,
+    PointsOut,
+    ScrollIn,
+    ScrollOut,
+    UpsertedOut,
+)
+from .items import check_user_payload, item_payload
+
+router = APIRouter(prefix="/v1", tags=["points"], responses=INVALID)
+
+_MAX_ITEMS = "HYPSEARCH_MAX_BATCH_ITEMS"
+
+_READ_ERRORS = {
+    413: {"model": ErrorOut, "description": "more ids than HYPSEARCH_MAX_BATCH_ITEMS"},
+    503: {"model": ErrorOut, "description": "still loading"},
+}
+_WRITE_ERRORS = {
+    **_READ_ERRORS,
+    401: {"model": ErrorOut, "description": "API key missing or wrong"},
+}
+
+
+def check_batch_size(n: int, limit: int, field: str, setting: str) -> None:
+    """413 for a batch of more than ``limit`` entries."""
+    if n > limit:
+        raise ApiError(413, f"{field}: {n:,} in one request, at most {limit:,} ({setting})")
+
+
+# ---------------------------------------------------------------- batch upsert
+
+_INDEX_FIELDS = re.compile(r"^(vectors|ids|labels|payloads)\[(\d+)\]")
+_FIELD_OF = {"vectors": "vector", "ids": "id", "labels": "label", "payloads": "payload"}
+
+
+def _item_error(e: IndexInputError) -> ApiError:
+    """The index's error on the batch's columns, named as the item's field."""
+    msg = str(e)
+    m = _INDEX_FIELDS.match(msg)
+    if m:
+        msg = f"items[{m.group(2)}].{_FIELD_OF[m.group(1)]}{msg[m.end() :]}"
+    return ApiError(422, msg)
+
+
+def _b64(text: str, field: str, max_bytes: int) -> bytes:
+    if len(text) * 3 // 4 > max_bytes + 3:
+        raise ApiError(
+            413, f"{field}: over the limit of {max_bytes:,} bytes (HYPSEARCH_MAX_UPLOAD_BYTES)"
+        )
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise ApiError(422, f"{field}: not base64 (a picture's bytes, base64-encoded)") from None
+
+
+@router.post(
+    "/items/batch",
+    response_model=UpsertedOut,
+    summary="Insert or replace many items in one request: all or none, answered once durable",
+    dependencies=[WriteAccess],
+    responses={
+        **_WRITE_ERRORS,
+        413: {"model": ErrorOut, "description": "too many items, or a picture over the limit"},
+        415: {"model": ErrorOut, "description": "a picture in no supported format"},
+    },
+)
+async def upsert_batch(body: ItemsBatchIn, rt: RuntimeDep, svc: ServicesDep) -> UpsertedOut:
+    """Each item: `id`, a `vector` or an `image` (base64; embedded by the model),
+    optional `label` (synset or word; default: the nearest prototype among the
+    labels in use) and `payload` (a JSON object). Every item is checked before
+    anything is written; one bad item fails the request (4xx naming
+    `items[i]`) and nothing is stored. The items are then written in one
+    store transaction, visible to searches all at once."""
+    settings = svc.settings
+    items = body.items
+    check_batch_size(len(items), settings.max_batch_items, "items", _MAX_ITEMS)
+    first: dict[str, int] = {}
+    for j, it in enumerate(items):
+        if it.id in first:
+            raise ApiError(
+                422, f"items[{j}].id: duplicate id {it.id!r} (also items[{first[it.id]}])"
+            )
+        first[it.id] = j
+        check_user_payload(it.payload, f"items[{j}].payload")
+        if it.vector is not None and len(it.vector) != rt.dim:
+            raise ApiError(
+                422,
+                f"items[{j}].vector: expected {rt.dim} numbers (the index's dimension), "
+                f"got {len(it.vector)}",
+            )
+    pics = [j for j, it in enumerate(items) if it.image is not None]
+    points: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # item -> (point, pixels)
+    if pics:
+        if svc.batcher is None:
+            raise ApiError(503, NO_MODEL)
+        data = [_b64(items[j].image, f"items[{j}].image", settings.max_upload_bytes) for j in pics]
+
+        def decode_all() -> list[np.ndarray]:
+            return [
+                decode_image(d, max_pixels=settings.max_image_pixels, field=f"items[{j}].image")
+                for j, d in zip(pics, data, strict=True)
+            ]
+
+        pixels = await run_in_threadpool(decode_all)
+        got = await asyncio.gather(
+            *(embed_upload(rt, settings, svc.batcher, px) for px in pixels), return_exceptions=True
+        )
+        for j, px, g in zip(pics, pixels, got, strict=True):
+            if isinstance(g, ApiError):
+                raise ApiError(g.status, f"items[{j}].image: {g.detail}", **g.extra)
+            if isinstance(g, BaseException):
+                raise g
+            points[j] = (g[0], px)
+    n = await run_in_threadpool(_write_batch, rt, body, points)
+    return UpsertedOut(upserted=n)
+
+
+def _write_batch(rt: Runtime, body: ItemsBatchIn, points: dict) -> int:
+    items = body.items
+    resolved: dict[str, str] = {}
+    labels: list[str | None] = []
+    for j, it in enumerate(items):
+        if it.label is None:
+            labels.append(None)
+            continue
+        if it.label not in resolved:
+            resolved[it.label] = searching.resolve_label(rt, it.label, f"items[{j}].label")
+        labels.append(resolved[it.label])
+    x = np.empty((len(items), rt.dim), dtype=np.float64)
+    for j, it in enumerate(items):
+        x[j] = points[j][0] if j in points else it.vector
+    outside = np.nonzero(~ranking.inside_ball(x, rt.curvature))[0]
+    if len(outside):
+        j = int(outside[0])
+        searching.check_vector(rt, x[j], f"items[{j}].vector")  # raises, naming it
+    unlabelled = [j for j, lab in enumerate(labels) if lab is None]
+    if unlabelled:
+        for j, lab in zip(unlabelled, rt.nearest_used_labels(x[unlabelled]), strict=True):
+            labels[j] = lab
+    payloads = [
+        item_payload(
+            it.payload,
+            "given" if it.label is not None else "predicted",
+            rt.store_picture(points[j][1]) if j in points else None,
+        )
+        for j, it in enumerate(items)
+    ]
+    try:
+        rt.upsert([it.id for it in items], x, labels, payloads)
+    except IndexInputError as e:
+        raise _item_error(e) from None
+    return len(items)
+
+
+# ---------------------------------------------------------------- delete, get
+
+
+@router.post(
+    "/items/delete",
+    response_model=DeletedCountOut,
+    summary="Delete items by ids, or every item passing a filter (one transaction)",
+    dependencies=[WriteAccess],
+    responses=_WRITE_ERRORS,
+)
+def delete_items(body: ItemsDeleteIn, rt: RuntimeDep, settings: SettingsDep) -> DeletedCountOut:
+    """`{"ids": [...]}` (unknown ids are ignored) or `{"filter": F}`; answered once
+    the delete is durable, with how many items it deleted."""
+    if body.ids is not None:
+        check_batch_size(
+            len(body.ids), settings.max_batch_items, "ids", "HYPSEARCH_MAX_BATCH_ITEMS"
+        )
+        return DeletedCountOut(deleted=rt.delete(body.ids))
+    return DeletedCountOut(deleted=rt.delete_where(searching.parse_where(rt, body.filter)))
+
+
+def _point(it, with_vector: bool, with_payload: bool) -> PointOut:
+    extra: dict = {}
+    if with_vector:
+        extra["vector"] = np.asarray(it.vector, dtype=np.float64).tolist()
+    if with_payload:
+        extra["payload"] = it.payload if isinstance(it.payload, dict) else None
+    return PointOut(id=it.id, label=it.label, holder=it.holder, **extra)
+
+
+@router.post(
+    "/items/get",
+    response_model=PointsOut,
+    response_model_exclude_unset=True,
+    summary="Read many items by id",
+    responses=_READ_ERRORS,
+)
+def get_items(body: ItemsGetIn, rt: RuntimeDep, settings: SettingsDep) -> PointsOut:
+    """The items in the order of `ids`; absent ids are left out. `vector` and
+    `payload` only with `with_vector` / `with_payload`."""
+    check_batch_size(len(body.ids), settings.max_batch_items, "ids", _MAX_ITEMS)
+    got = rt.index.get_many(body.ids, vectors=body.with_vector)
+    return PointsOut(items=[_point(it, body.with_vector, body.with_payload) for it in got])
+
+
+# ---------------------------------------------------------------- scroll, count
+
+
+def encode_cursor(after: str) -> str:
+    raw = json.dumps({"after": after}, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def decode_cursor(cursor: str | None) -> str | None:
+    if cursor is None:
+        return None
+    bad = ApiError(422, "cursor: not a cursor this service gave out (pass next_cursor as it came)")
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        obj = json.loads(raw)
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        raise bad from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("after"), str) or len(obj) != 1:
+        raise bad
+    return obj["after"]
+
+
+@router.post(
+    "/scroll",
+    response_model=ScrollOut,
+    response_model_exclude_unset=True,
+    summary="List every item (passing a filter) page by page, with a stable cursor",
+    responses={503: {"model": ErrorOut, "description": "still loading"}},
+)
+def scroll(body: ScrollIn, rt: RuntimeDep) -> ScrollOut:
+    """Pages in id order; `next_cursor` is null after the last page. Over a full
+    scroll every item that exists throughout is listed exactly once, whatever
+    is written meanwhile (items written during the scroll may or may not show)."""
+    after = decode_cursor(body.cursor)
+    where = None if body.filter is None else searching.parse_where(rt, body.filter)
+    ids, nxt = rt.index.scroll(where, body.limit, after)
+    got = rt.index.get_many(ids, vectors=body.with_vector)  # one deleted meanwhile: left out
+    return ScrollOut(
+        items=[_point(it, body.with_vector, body.with_payload) for it in got],
+        next_cursor=None if nxt is None else encode_cursor(nxt),
+    )
+
+
+@router.post(
+    "/count",
+    response_model=CountOut,
+    summary="How many items pass a filter (all items without one)",
+    responses={503: {"model": ErrorOut, "description": "still loading"}},
+)
+def count(body: CountIn, rt: RuntimeDep) -> CountOut:
+    where = None if body.filter is None else searching.parse_where(rt, body.filter)
+    return CountOut(count=rt.index.count(where))
