@@ -372,6 +372,61 @@ def test_snapshot_round_trip_and_corrupt_upload(env, hs, tmp_path):
     assert sid not in [s["snapshot"] for s in hs.snapshots("snap")]
 
 
+@pytest.mark.parametrize("where", ["default", "vdb"])
+def test_batches_filters_scroll_count_through_the_client(env, hs, where):
+    """The vector-database routes (SPEC's batch, filter, scroll and count shapes),
+    on the default collection and under /v1/collections/{name}/."""
+    art, _, _ = env
+    rng = np.random.default_rng(3)
+    if where == "default":
+        c, dim, labels, prefix = hs, art.labels.dim, ("sandal", "boot"), "vdb-"
+    else:
+        hs.create_collection("vdb", "poincare:3", taxonomy=EDGES)
+        c, dim, labels, prefix = hs.collection("vdb"), 3, ("bag", "boot"), ""
+    n0 = c.count()
+    x = _ball(rng, 40, dim)
+    items = [
+        {
+            "id": f"{prefix}{i:02d}",
+            "vector": x[i].tolist(),
+            "label": labels[i % 2],
+            "payload": {"color": "red" if i < 10 else "blue", "price": float(i)},
+        }
+        for i in range(40)
+    ]
+    assert c.upsert_batch(items) == 40
+    assert c.count() == n0 + 40
+    red = {"must": [{"key": "payload.color", "match": "red"}]}
+    assert c.count(red) == 10
+    cheap = {"must": [{"key": "payload.price", "range": {"lt": 5}}, red]}
+    assert c.count(cheap) == 5
+    got = c.get_many([f"{prefix}03", "absent"], with_payload=True, with_vector=True)
+    assert [g["id"] for g in got] == [f"{prefix}03"]
+    assert got[0]["payload"]["price"] == 3.0 and len(got[0]["vector"]) == dim
+    hit = c.search(x[3], k=3, filter=red, with_payload=True)["results"]
+    assert hit[0]["id"] == f"{prefix}03" and all(h["payload"]["color"] == "red" for h in hit)
+    answers = c.search_batch(
+        [{"vector": x[5].tolist(), "k": 1}, {"vector": x[25].tolist(), "k": 1}]
+    )
+    assert [a["results"][0]["id"] for a in answers] == [f"{prefix}05", f"{prefix}25"]
+    pages = c.scroll(red, limit=4)
+    assert len(pages["items"]) == 4 and pages["next_cursor"] is not None
+    every = [it["id"] for it in c.scroll_all(red, limit=3)]
+    assert every == sorted(every) and len(every) == 10 == len(set(every))
+    assert c.delete_many(filter=red) == 10
+    assert c.delete_many(ids=[f"{prefix}10", f"{prefix}11", "absent"]) == 2
+    assert c.count() == n0 + 28
+    with pytest.raises(HypsearchError) as e:
+        c.count({"must": [{"key": "payload.price", "range": {"between": 1}}]})
+    assert e.value.status == 422
+    with pytest.raises(HypsearchError) as e:
+        c.upsert_batch([{"id": "bad", "vector": [0.1] * (dim + 1)}])
+    assert e.value.status == 422
+    assert c.count() == n0 + 28  # all or nothing
+    if where == "default":
+        assert hs.delete_many(ids=[f"{prefix}{i:02d}" for i in range(40)]) == 28
+
+
 def test_restart_keeps_collections_and_needs_the_key(env):
     """Last in the module: restarts the server (with an API key) over the same home."""
     art, folder, srv = env
