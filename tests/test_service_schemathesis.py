@@ -103,5 +103,5 @@ def test_every_endpoint(server):
                 assert mode == GenerationMode.NEGATIVE, op.label
             except (Exception, BaseExceptionGroup) as e:  # noqa: BLE001 - reported together
                 failures.append(f"{op.label} ({mode.value}): {type(e).__name__}: {str(e)[:1500]}")
-    assert operations >= 15
+    assert operations >= 21
     assert not failures, "\n\n".join(failures)
