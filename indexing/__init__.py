@@ -40,6 +40,13 @@ cones=None, **backend_params)``
 ``get(id) -> Item | None``
     ``Item(id, vector, label, payload, holder)``.
 ``len(index)``, ``id in index``, ``ids() -> list[str]``
+``get_many(ids, *, vectors=True) -> list[Item]``, ``count(where=None) -> int``,
+``scroll(where=None, limit=100, after=None) -> (ids, next_after)``, ``delete_where(where) -> ids``
+    ``where``: a filter expression (:mod:`.filters`: must / should / must_not
+    of match, in, range and under conditions on ``label``, ``id`` and
+    ``payload.<field>``); ``search`` and ``search_hierarchical`` take it too.
+    ``scroll`` lists ids in id order after ``after``; every item living
+    through a whole scroll is listed once.
 ``search(queries, k=10, *, filter_ids=None, labels=None, under=None, ef=None) -> (ids, distances)``
     ``queries``: ``(q, dim)`` (or one ``(dim,)`` vector, answered as ``q = 1``).
     Shapes ``(q, min(k, m))`` with ``m`` the number of live items passing the

@@ -196,7 +196,7 @@ _DELETE_ERRORS = {**_WRITE_ERRORS, 404: {"model": ErrorOut}}
     },
 )
 async def put_item(request: Request, rt: RuntimeDep, svc: ServicesDep, item_id: ItemId) -> ItemOut:
-    """JSON `{"vector": [...], "label": "<synset or word>"}`, or multipart with a
+    """JSON `{"vector": [...], "label": "<synset or word>", "payload": {...}}`, or multipart with a
     picture in `file` (and an optional `label` field). Without a label the item
     gets the nearest label prototype among the labels in use (`label_source`:
     `predicted`). Answered once the write is durable (committed to SQLite)."""
