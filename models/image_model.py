@@ -87,10 +87,28 @@ class ImageModel:
 
     @property
     def places_in_cones(self) -> bool:
-        """Whether training pushed images inside their class's label cone (the
-        cone term, ``cone_weight > 0``): only then do the cones of the labels
-        say where this model's images belong."""
-        return self.geometry == "poincare" and float(self.config.get("cone_weight", 0.0)) > 0
+        """Whether this model's images belong where the labels' cones say: the
+        cone placement (``placement: "cones"``, :mod:`models.placement`) or
+        training with the cone term (``cone_weight > 0``)."""
+        if self.geometry != "poincare":
+            return False
+        return self.placement is not None or float(self.config.get("cone_weight", 0.0)) > 0
+
+    @property
+    def placement(self):
+        """The :class:`~models.placement.ConePlacement` of a model whose config says
+        ``placement: "cones"`` (the last step of :meth:`embed`), else None."""
+        if self.config.get("placement", "none") != "cones" or self.geometry != "poincare":
+            return None
+        if getattr(self, "_placement", None) is None:
+            from .placement import ConePlacement, PlacementConfig
+
+            cfg = PlacementConfig(
+                depth=float(self.config.get("placement_depth", PlacementConfig.depth)),
+                tau=float(self.config.get("tau", PlacementConfig.tau)),
+            )
+            self._placement = ConePlacement(self.labels, self.seen_classes, cfg)
+        return self._placement
 
     @property
     def class_map(self) -> dict[str, str]:
@@ -133,10 +151,12 @@ class ImageModel:
         """
         self.encoder.eval()
         self.head.eval()
+        place = self.placement
         out = []
         for chunk in _chunks(images, batch_size):
             x = self.preprocess(chunk).contiguous(memory_format=torch.channels_last)
-            out.append(self.head(self.encoder(x)))
+            z = self.head(self.encoder(x))
+            out.append(z if place is None else place(z))
         if not out:
             return torch.zeros(0, self.dim, dtype=torch.float64)
         return torch.cat(out)

@@ -196,6 +196,13 @@ def build_model(cfg: TrainConfig, labels: LabelEmbedding, prep: Prepared) -> Mod
         raise TrainError(
             f"--dim {dim}: the {cfg.loss} loss needs the label embedding's dimension {labels.dim}"
         )
+    if cfg.placement == "cones" and (
+        cfg.geometry != "poincare" or label_cone_spec(labels)["family"] != "cap"
+    ):
+        raise TrainError(
+            "--placement cones needs the ball geometry and labels of the cap family "
+            "(`hypsearch labels train`, the cap construction)"
+        )
     c = labels.curvature
     # the head's base point: the Einstein midpoint of the trained classes' label points
     base = torch.zeros(dim, dtype=torch.float64)

@@ -53,6 +53,8 @@ class TrainConfig:
     cone_margin: float = 0.25  # its margin in log aperture ratio
     cone_reach: float = 2.0  # with the cone term, the head's default reach beyond the farthest
     # class (hyperbolic distance): inside a cone lies beyond its label point
+    placement: str = "none"  # "cones": embed moves each image inside the cone of its node
+    # (models.placement: its class, or the common ancestor of the classes it hesitates between)
     aux: float = 1.0  # weight of an auxiliary softmax classifier on the encoder's features
     # (labelled losses; the classifier is dropped after training)
     augment: str = "none"  # none, shift, light, strong (two-view objectives use strong)
@@ -96,6 +98,8 @@ class TrainConfig:
             raise TrainError(f"val fraction must be in [0, 1), got {self.val_fraction}")
         if not (self.cone_weight >= 0 and self.cone_margin >= 0 and self.cone_reach >= 0):
             raise TrainError("cone weight, margin and reach must be >= 0")
+        if self.placement not in ("none", "cones"):
+            raise TrainError(f"unknown placement {self.placement!r} (none or cones)")
         for name in ("lr", "tau", "margin"):
             if not getattr(self, name) > 0:
                 raise TrainError(f"{name} must be positive")

@@ -85,6 +85,7 @@ __all__ = [
     "pairwise_dist_arg",
     "project",
     "radius_to_norm",
+    "move_outward",
     "to_klein",
     "to_lorentz",
 ]
@@ -317,6 +318,24 @@ def radius_to_norm(rho, *, c: Curvature) -> torch.Tensor:
     rho = torch.as_tensor(rho, dtype=None if torch.is_tensor(rho) else torch.float64)
     sc = nm.as_curvature(c, rho).sqrt()
     return torch.tanh(sc * rho / 2) / sc
+
+
+def move_outward(x: torch.Tensor, depth, *, c: Curvature) -> torch.Tensor:
+    r"""The point ``depth`` farther from the origin along the geodesic ray through ``x``.
+
+    .. math::
+
+        x' = \hat x\,\tanh\bigl(\sqrt c\,(\rho(x) + \delta)/2\bigr)/\sqrt c
+
+    so :math:`d(0, x') = d(0, x) + \delta` and :math:`d(x, x') = \delta`. The
+    origin has no ray and stays where it is. The result is projected into the
+    float64-representable ball (radius about :math:`37/\sqrt c`).
+    """
+    rho = distance_to_origin(x, c=c, keepdim=True)
+    n = x.norm(dim=-1, keepdim=True)
+    unit = torch.where(n > 0, x / n.clamp_min(torch.finfo(x.dtype).tiny), torch.zeros_like(x))
+    out = unit * radius_to_norm(rho + depth, c=c).to(x.dtype)
+    return project(torch.where(n > 0, out, x), c=c)
 
 
 def euclidean_ball(x: torch.Tensor, r: torch.Tensor, *, c: Curvature):

@@ -50,6 +50,7 @@ _TRAIN_FIELDS = (
     "pull",
     "tau",
     "cone_weight",
+    "placement",
 )
 
 
@@ -228,6 +229,13 @@ def add_commands(sub) -> None:
         type=nonneg_float,
         default=None,
         help="weight of the cone term: images inside their class's label cone (default 0: off)",
+    )
+    tn.add_argument(
+        "--placement",
+        choices=["none", "cones"],
+        default=None,
+        help="cones: each embedded image is moved inside the entailment cone of its class (or "
+        "of the common ancestor of the classes it hesitates between); needs cap-family labels",
     )
     tn.add_argument(
         "--tau", type=positive_float, default=None, help="temperature of the logits -d/tau"

@@ -1,0 +1,193 @@
+"""Cone placement (models.placement): placed points inside their node's cone, never a child's."""
+
+from __future__ import annotations
+
+import mpmath
+import numpy as np
+import pytest
+import torch
+
+from models.geometry import cones, poincare
+from models.placement import ConePlacement, PlacementConfig, backoff_choice, class_membership
+from models.taxonomy import Taxonomy
+from tests.test_image_cones import (  # noqa: F401 (fm_cap: a fixture)
+    CAP,
+    _in_class_share,
+    _tiny,
+    cap_labels,
+    fm_cap,
+    hand_tree,
+)
+
+# ---------------------------------------------------------------- move_outward
+
+
+def _outward_mp(x: np.ndarray, depth: float, c: float) -> np.ndarray:
+    """60 digits: rho = 2 artanh(sqrt(c)|x|)/sqrt(c), norm tanh(sqrt(c)(rho+depth)/2)/sqrt(c)."""
+    mpmath.mp.dps = 60
+    sc = mpmath.sqrt(mpmath.mpf(c))
+    n = mpmath.sqrt(sum(mpmath.mpf(float(v)) ** 2 for v in x))
+    rho = 2 / sc * mpmath.atanh(sc * n)
+    r = mpmath.tanh(sc * (rho + depth) / 2) / sc
+    return np.array([float(mpmath.mpf(float(v)) / n * r) for v in x])
+
+
+@pytest.mark.parametrize("c", [1.0, 0.5, 2.0])
+def test_move_outward_against_60_digits_near_the_boundary(c):
+    rng = np.random.default_rng(0)
+    for gap in (0.5, 1e-3, 1e-7):
+        u = rng.standard_normal(5)
+        x = u / np.linalg.norm(u) * (1 - gap) / np.sqrt(c)
+        got = poincare.move_outward(torch.from_numpy(x), 2.5, c=c).numpy()
+        want = _outward_mp(x, 2.5, c)
+        # the gap to the boundary, not the coordinates, is what must be accurate
+        g_got = 1 / np.sqrt(c) - np.linalg.norm(got)
+        g_want = 1 / np.sqrt(c) - np.linalg.norm(want)
+        assert g_got == pytest.approx(g_want, rel=1e-6)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
+
+
+def test_move_outward_distances_origin_and_gradient():
+    x = torch.tensor([[0.3, -0.4, 0.1], [0.0, 0.0, 0.0], [0.999999, 0.0, 0.0]], dtype=torch.float64)
+    y = poincare.move_outward(x, 3.0, c=1.0)
+    d0x, d0y = poincare.distance_to_origin(x, c=1.0), poincare.distance_to_origin(y, c=1.0)
+    np.testing.assert_allclose((d0y - d0x)[[0, 2]].numpy(), 3.0, rtol=1e-9)
+    np.testing.assert_allclose(poincare.dist(x, y, c=1.0)[[0, 2]].numpy(), 3.0, rtol=1e-9)
+    assert torch.equal(y[1], x[1])  # the origin has no ray
+    xg = x[[0, 2]].clone().requires_grad_(True)
+    poincare.move_outward(xg, 3.0, c=1.0).sum().backward()
+    assert torch.isfinite(xg.grad).all()
+
+
+# ---------------------------------------------------------------- the placement
+
+
+def _brute_children_hold(labels, name: str, x: np.ndarray) -> bool:
+    tax = labels.taxonomy
+    P = labels.embeddings.numpy()
+    return any(
+        float(cones.membership_margin_np(P[tax.index(k)], x, CAP, c=1.0)) >= 0
+        for k in tax.children(name)
+    )
+
+
+@pytest.mark.parametrize("dim", [3, 6])
+def test_placed_points_are_in_their_nodes_cone_and_no_childs(dim):
+    tax = hand_tree()
+    labels = cap_labels(tax, dim=dim)
+    seen = ["puppy", "kitten", "bird", "hammer", "saw"]
+    pl = ConePlacement(labels, seen)
+    rng = np.random.default_rng(1)
+    # head outputs on every side of every label point, near and far, some near the boundary
+    P = labels.embeddings
+    z = []
+    for j in range(len(tax)):
+        for scale in (0.05, 0.5, 2.0):
+            v = torch.from_numpy(rng.standard_normal((6, dim)) * scale)
+            z.append(poincare.mobius_add(P[j].expand_as(v), poincare.expmap0(v, c=1.0), c=1.0))
+    z = torch.cat(z)
+    x, names = pl.place(z)
+    Pn = P.numpy()
+    for xi, name in zip(x.numpy(), names, strict=True):
+        assert float(cones.membership_margin_np(Pn[tax.index(name)], xi, CAP, c=1.0)) >= 0
+        assert not _brute_children_hold(labels, name, xi)
+        # inside every ancestor's cone too (a tree: nested caps)
+        for a in tax.ancestors(name):
+            assert float(cones.membership_margin_np(Pn[tax.index(a)], xi, CAP, c=1.0)) >= 0
+    assert set(names) <= {n for n in tax.names if class_membership(tax, [n], seen).sum() > 0}
+
+
+def test_backoff_choice_confident_and_hesitant():
+    tax = hand_tree()
+    seen = ["puppy", "kitten", "bird"]
+    cand = ["thing", "animal", "dog", "cat", "puppy", "kitten", "bird"]
+    member = class_membership(tax, cand, seen)
+    depth = torch.tensor([tax.depth(n) for n in cand], dtype=torch.float64)
+    d_cand = torch.zeros(2, len(cand))
+    # confident puppy; then split between puppy and kitten (common ancestor: animal)
+    d_seen = torch.tensor([[0.0, 9.0, 9.0], [1.0, 1.0, 9.0]], dtype=torch.float64)
+    got = backoff_choice(d_seen, d_cand.double(), member, depth)
+    assert [cand[i] for i in got.tolist()] == ["puppy", "animal"]
+
+
+def test_placement_refuses_ganea_labels():
+    labels = cap_labels(hand_tree())
+    labels.cone = cones.cone_spec("ganea", K=0.1)
+    with pytest.raises(ValueError, match="cap family"):
+        ConePlacement(labels, ["puppy"])
+    with pytest.raises(ValueError, match="depth > margin"):
+        PlacementConfig(depth=0.5, margin=0.5).validate()
+
+
+def test_placement_keeps_nearest_neighbours_within_a_class():
+    """Points around one label point keep their order of distance to it."""
+    tax = Taxonomy.from_edges([("a", "r"), ("b", "r")])
+    labels = cap_labels(tax, dim=4)
+    pl = ConePlacement(labels, ["a", "b"])
+    P = labels.embeddings
+    a = P[tax.index("a")]
+    v = torch.from_numpy(np.random.default_rng(2).standard_normal((40, 4)) * 0.3)
+    z = poincare.mobius_add(a.expand_as(v), poincare.expmap0(v, c=1.0), c=1.0)
+    x, names = pl.place(z)
+    assert set(names) == {"a"}
+    before = poincare.dist(a.expand_as(z), z, c=1.0).numpy()
+    anchor = pl.anchors[pl.names.index("a")]
+    after = poincare.dist(anchor.expand_as(x), x, c=1.0).numpy()
+    assert (np.argsort(before) == np.argsort(after)).all()
+    assert after.max() < 3.0 - 0.5
+
+
+# ---------------------------------------------------------------- a trained model
+
+
+def test_trained_model_with_placement_lands_inside_class_cones(fm_cap, tmp_path):  # noqa: F811
+    from models.image_model import load_model
+
+    labels, data, test = fm_cap
+    model = _tiny(labels, data, placement="cones")
+    assert model.places_in_cones
+    placed = _in_class_share(model, labels, test)
+    model.config["placement"] = "none"
+    model._placement = None
+    raw = _in_class_share(model, labels, test)
+    assert placed >= raw + 0.3, (raw, placed)
+    model.config["placement"] = "cones"
+    model._placement = None
+    path = tmp_path / "m.safetensors"
+    model.save(path)
+    again = load_model(path)
+    assert again.placement is not None
+    assert torch.equal(again.embed(test.images[:50]), model.embed(test.images[:50]))
+
+
+def test_placement_needs_cap_labels_at_train_time(fm_cap):  # noqa: F811
+    from models.train_config import TrainError
+
+    labels, data, _ = fm_cap
+    ganea = cap_labels(labels.taxonomy, dim=labels.dim)
+    ganea.embeddings = labels.embeddings
+    ganea.cone = cones.cone_spec("ganea", K=0.1)
+    with pytest.raises(TrainError, match="cap family"):
+        _tiny(ganea, data, placement="cones", epochs=1)
+
+
+def test_a_held_out_class_lands_under_its_parent_more_often_than_chance(fm_cap):  # noqa: F811
+    """Sandal held out: its images are placed in shoe's cone (sandal's parent; gym shoe,
+    the other shoe, is trained) far more often than the images of other classes are."""
+    labels, data, test = fm_cap
+    model = _tiny(labels, data, placement="cones", holdout=["sandal.n.01"])
+    tax = labels.taxonomy
+    z = model.embed(test.images).numpy()
+    shoe = labels.embeddings.numpy()[tax.index("shoe.n.01")]
+    under = cones.membership_margin_np(shoe, z, CAP, c=1.0) >= 0
+    nodes = np.array([test.classes[t][1] for t in test.targets])
+    held = nodes == "sandal.n.01"
+    # chance: the images of the classes that are neither shoes nor boots (the other footwear)
+    others = ~np.isin(nodes, ["sandal.n.01", "gym_shoe.n.01", "boot.n.01"])
+    assert held.sum() >= 20 and others.sum() >= 100
+    # measured: 0.094 against 0.0 (most sandals go to footwear, the common ancestor of the
+    # gym shoe and the boot they hesitate between: the grandparent)
+    assert under[held].mean() > max(0.05, 3 * under[others].mean()), (
+        under[held].mean(),
+        under[others].mean(),
+    )
