@@ -31,25 +31,37 @@ nodes, in compiled kernels that release the GIL (:mod:`._graph_kernels`, numba):
   near-duplicates would otherwise link only to itself and become an island);
 * after every insertion a repair pass links any node the entry points cannot
   reach;
-* a search is a beam search of width ``max(ef, 2k)``; the best
-  ``max(4k, k + 32)`` returnable nodes it visits are re-ranked in float64 by
-  ``models.geometry``; removed items stay in the graph as tombstones that
-  route but are never returned, so deletion does not disconnect it
-  (compaction rebuilds it when the index's table is compacted); a filter
-  marks the allowed nodes and the search keeps routing through the others.
+* a search is a beam search of width ``max(ef, 2k)``, and the best
+  ``max(4k, k + 32)`` returnable nodes it visits are re-ranked by the exact
+  float64 distance of :mod:`models.geometry.kernels` and merged into the top
+  ``k`` in the same compiled call (no per-query Python); the ``k`` returned get
+  their distances from the reference formula (``IndexSpace.dist_rows``,
+  bit for bit what the exact backend returns).  The queries of one call are
+  split over :func:`search_threads` threads (a thread pool over the nogil
+  kernel, each with its own visited buffer: no numba threading layer, so
+  nothing spins next to torch's pool); removed items stay in the graph as
+  tombstones that route but are never returned, so deletion does not
+  disconnect it (compaction rebuilds it when the index's table is compacted);
+  a filter marks the allowed nodes and the search keeps routing through the
+  others.
 
 Coordinates are float32 or float64 (``precision``; ``"auto"`` picks float64
 when more than :data:`AUTO_DEEP_SHARE` of the items are *deep*, gap below
 :data:`models.geometry.ranking.DEEP_GAP`, where float32 cannot rank neighbours --
 label embeddings of a big taxonomy are mostly that deep -- and float32, the
 faster, otherwise).  In a float32 graph the deep items stay out and are
-scanned exactly, as in :mod:`.hnsw`.  Keys are float64 either way.  Product
-spaces are not supported (the index routes them to the exact backend).
+scanned exactly, as in :mod:`.hnsw`.  Keys are float64 either way.
+
+Product spaces (``poincare:8,sphere:4,euclidean:4``) are graphs too: float64
+coordinates, ranked, pruned and re-ranked with the product distance of
+:mod:`models.geometry.kernels` (the kernels take a metric mode: the ball's
+proxy or the exact product distance).
 The README's ANN benchmark has the measurements behind these choices.
 
 Parameters: ``R`` (32), ``ef_construction`` (96), ``alpha`` (1.0), ``ef``
-(48), ``n_entries`` (256), ``max_batch`` (4096), ``handoffs`` (3),
-``mates`` (32), ``min_degree`` (8), ``precision`` ("auto"), ``build_threads`` (0: numba's default),
+(``None``: :func:`default_ef` of the dimension), ``n_entries`` (256),
+``max_batch`` (4096), ``handoffs`` (3), ``mates`` (32), ``min_degree`` (8),
+``precision`` ("auto"), ``build_threads`` (0: numba's default),
 ``filter_exact_threshold`` (20000), ``seed`` (100).
 """
 
@@ -124,15 +136,17 @@ def _executor(n: int) -> ThreadPoolExecutor:
         return _pool
 
 
-def default_ef(dim: int) -> int:
+def default_ef(dim: int, n: int) -> int:
     """The beam width a search uses when neither the call nor the parameters set
-    one: the smallest that reached recall@10 >= 0.99 on the benchmark clouds
-    of that dimension (README, "The index")."""
+    one, for ``n`` items of dimension ``dim``: the smallest that reached
+    recall@10 >= 0.99 on the benchmark clouds of that size (README, "The
+    index"); a bigger graph needs a wider beam."""
+    big = n > 300_000
     if dim <= 20:
-        return 40
+        return 64 if big else 40
     if dim <= 40:
-        return 96
-    return 192
+        return 128 if big else 96
+    return 256 if big else 192
 
 
 def _kernels():
@@ -220,7 +234,8 @@ class GraphBackend(Backend):
     @property
     def ef(self) -> int:
         """The default beam width of a search."""
-        return self._p["ef"] or default_ef(self.space.dim)  # None: per dimension
+        n = self._in_graph - self._deleted
+        return self._p["ef"] or default_ef(self.space.dim, n)  # None: per dimension and size
 
     # -- state ------------------------------------------------------------------------
     def _reset(self, capacity: int) -> None:
