@@ -5,8 +5,9 @@ exactly while the index is small and switches to the graph above
 ``auto_threshold`` live items (the graph is the faster of the two approximate
 backends at recall@10 >= 0.99 in ``benchmarks/ann.py``, see the README); it
 goes back to exact only below half the threshold, so that an index near the
-threshold does not rebuild at every write.  The graphs index the Poincaré ball
-only: a product space always scans exactly.
+threshold does not rebuild at every write.  The graph backend indexes the
+Poincaré ball and product spaces (with the product distance compiled); the
+hnsw backend the ball only.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ __all__ = ["AUTO_BACKEND", "AUTO_THRESHOLD", "BALL_ONLY", "BackendChoice"]
 AUTO_THRESHOLD = 20_000
 #: The backend ``auto`` uses above ``AUTO_THRESHOLD`` live items in the Poincaré ball.
 AUTO_BACKEND = "graph"
-#: Backends that index the Poincaré ball only (product spaces use ``exact``).
-BALL_ONLY = ("graph", "hnsw")
+#: Backends that index the Poincaré ball only (product spaces use ``exact`` or ``graph``).
+BALL_ONLY = ("hnsw",)
 
 
 class BackendChoice:
@@ -57,11 +58,11 @@ class BackendChoice:
         if config in BALL_ONLY and not self._ball:
             raise IndexInputError(
                 f"backend: {config} supports the Poincaré ball only, not {space.spec!r}; "
-                "product spaces use the exact backend (backend='exact' or 'auto')"
+                "product spaces use the exact or graph backend (backend='exact', 'graph' or 'auto')"
             )
         names = (config,)
         if config == "auto":
-            names = (AUTO_BACKEND,) if self._ball else ()
+            names = (AUTO_BACKEND,)
         for name in names:
             try:
                 make_backend(name, space, **params)
@@ -96,8 +97,6 @@ class BackendChoice:
         """The backend for ``n_alive`` live items, ``current`` being the one in use."""
         if self.config != "auto":
             return self.config
-        if not self._ball:
-            return "exact"  # the graphs are for the ball only (see backends/hnsw.py)
         if n_alive > self.auto_threshold:
             return AUTO_BACKEND
         if current == AUTO_BACKEND and n_alive >= self.auto_threshold // 2:

@@ -198,6 +198,24 @@ class IndexSpace(ABC):
         """The prepared data of a subset of items."""
         return tuple(p[rows] for p in prepared)
 
+    # -- compiled exact distances (models.geometry.kernels) -------------------
+    @property
+    @abstractmethod
+    def factors(self) -> tuple[tuple[str, int, float], ...]:
+        """``(kind, dim, curvature)`` of every factor (the ball: one factor)."""
+
+    def kernel_table(self):
+        """The factor table of :func:`models.geometry.kernels.factor_table`."""
+        from models.geometry import kernels
+
+        return kernels.factor_table(self.factors)
+
+    def kernel_gaps(self, x: np.ndarray) -> np.ndarray:
+        """Per-factor gaps ``(n, F)`` of :func:`models.geometry.kernels.gaps`."""
+        from models.geometry import kernels
+
+        return kernels.gaps(x, self.kernel_table())
+
 
 class PoincareIndexSpace(IndexSpace):
     """The Poincaré ball of dimension ``dim`` and curvature ``-c`` (``c > 0``)."""
@@ -221,6 +239,10 @@ class PoincareIndexSpace(IndexSpace):
     @property
     def spec(self) -> str:
         return f"poincare:{self.dim}"
+
+    @property
+    def factors(self) -> tuple[tuple[str, int, float], ...]:
+        return (("poincare", self.dim, self.c),)
 
     @property
     def radius(self) -> float:
@@ -309,6 +331,10 @@ class ProductIndexSpace(IndexSpace):
     @property
     def spec(self) -> str:
         return self._spec
+
+    @property
+    def factors(self) -> tuple[tuple[str, int, float], ...]:
+        return tuple((f.kind, int(f.dim), float(f.curvature)) for f in self.ps.factors)
 
     def _ball_parts(self, a: np.ndarray):
         """``(start, factor, coordinates)`` of every Poincaré factor of the rows ``a``."""

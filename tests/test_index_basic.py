@@ -340,10 +340,11 @@ class TestProductSpace:
 
     def test_exact_matches_product_distance(self):
         x, q = self._data(2000, 4)
-        ix = HyperbolicIndex(16, space=self.SPEC, auto_threshold=100)
+        # (auto indexes a product above its threshold with the graph: test_index_graph.py)
+        ix = HyperbolicIndex(16, space=self.SPEC, backend="exact")
         assert ix.space == self.SPEC and ix.dim == 16
         ix.add(x, make_ids(len(x)))
-        assert ix.backend == "exact"  # products never switch to hnsw
+        assert ix.backend == "exact"
         ids, dist = ix.search(q, k=10)
         ps = ProductSpace.parse(self.SPEC)
         with torch_threads():

@@ -150,9 +150,57 @@ def test_bad_parameters(params, pattern):
         HyperbolicIndex(8, backend="graph", **params)
 
 
-def test_products_refused():
-    with pytest.raises(IndexInputError, match="graph supports the Poincaré ball only"):
-        HyperbolicIndex(space="poincare:4,euclidean:4", backend="graph")
+PRODUCT = "poincare:8,sphere:4,euclidean:4"
+
+
+def _product_cloud(n, nq, seed):
+    p, pq = cloud(n, nq, dim=8, seed=seed)
+    rng = np.random.default_rng(seed)
+
+    def rest(m):
+        return np.hstack([rng.standard_normal((m, 4)) * 0.7, rng.standard_normal((m, 4)) * 0.5])
+
+    return np.hstack([p, rest(n)]), np.hstack([pq, rest(nq)])
+
+
+def test_product_graph_against_the_exact_scan():
+    x, q = _product_cloud(6000, 100, seed=36)
+    ids_all = make_ids(len(x))
+    graph = HyperbolicIndex(space=PRODUCT, backend="graph")
+    exact = HyperbolicIndex(space=PRODUCT, backend="exact")
+    for ix in (graph, exact):
+        ix.add(x, ids_all)
+    assert graph.backend == "graph" and graph._backend._dtype == np.float64
+    assert graph._backend.unreachable() == 0
+    gi, gd = graph.search(q, k=10)
+    ei, ed = exact.search(q, k=10)
+    assert recall_at(gi, ei) >= 0.99
+    hit = gi == ei
+    np.testing.assert_array_equal(gd[hit], ed[hit])  # the same exact distances
+    # a filter routes through the filtered-out nodes
+    keep = set(ids_all[::3])
+    fi, fd = graph.search(q, k=5, filter_ids=keep)
+    assert set(fi.ravel()) <= keep
+    fe, _ = exact.search(q, k=5, filter_ids=keep)
+    assert recall_at(fi, fe) >= 0.95
+
+
+def test_auto_uses_the_graph_for_products():
+    x, _ = _product_cloud(1200, 1, seed=37)
+    ix = HyperbolicIndex(space=PRODUCT, auto_threshold=1000)
+    ix.add(x, make_ids(len(x)))
+    assert ix.backend == "graph"
+
+
+def test_builds_are_deterministic():
+    x, q = cloud(4000, 20, seed=38)
+    adj = []
+    for _ in range(2):
+        ix = HyperbolicIndex(16, backend="graph", seed=7)
+        ix.add(x, make_ids(len(x)))
+        b = ix._backend
+        adj.append(b._adj[: b._n].copy())
+    np.testing.assert_array_equal(adj[0], adj[1])
 
 
 def test_precision_auto_follows_the_depth_of_the_data():

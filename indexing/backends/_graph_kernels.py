@@ -34,6 +34,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from models.geometry.kernels import dist as _exact_dist
 from models.geometry.ranking import arcosh1p
 
 # The parallel kernels (insertion) run on numba's "workqueue" threads, not
@@ -49,33 +50,54 @@ PARALLEL_LOCK = threading.Lock()
 _FLAGS_LIVE = 1
 
 
-@njit(inline="always", fastmath=True, cache=True)
-def _key(x, w, i, q):
-    """Proxy key of node ``i`` from the point ``q`` (a row of ``x``'s dtype)."""
-    s = 0.0
-    for t in range(x.shape[1]):
-        d = x[i, t] - q[t]
-        s += d * d
-    return s * w[i]
+#: metric modes: the Poincaré ranking proxy (``aux[:, 0]`` = w) or an exact
+#: product distance (``aux`` = the factors' gaps of models.geometry.kernels)
+MODE_BALL, MODE_PRODUCT = 0, 1
 
 
 @njit(inline="always", fastmath=True, cache=True)
-def _sym(x, w, i, j):
-    """Symmetric key ``K(i, j) = |x_i - x_j|^2 w_i w_j``."""
-    s = 0.0
-    for t in range(x.shape[1]):
-        d = x[i, t] - x[j, t]
-        s += d * d
-    return s * w[i] * w[j]
+def _key(x, aux, i, q, qa, met):
+    """Ranking key of row ``i`` of ``x`` from the point ``q`` (row 0 of ``q``,
+    its aux data ``qa``): the proxy ``|x_i - q|^2 w_i`` in the ball, the exact
+    distance in a product."""
+    if met[0] == MODE_BALL:
+        s = 0.0
+        for t in range(x.shape[1]):
+            d = x[i, t] - q[0, t]
+            s += d * d
+        return s * aux[i, 0]
+    return _exact_dist(x, i, aux, q, 0, qa, met[1], met[2], met[3])
+
+
+@njit(inline="always", fastmath=True, cache=True)
+def _sym(x, aux, i, j, met):
+    """Symmetric key between nodes: ``K(i, j) = |x_i - x_j|^2 w_i w_j`` in the
+    ball, the exact distance in a product."""
+    if met[0] == MODE_BALL:
+        s = 0.0
+        for t in range(x.shape[1]):
+            d = x[i, t] - x[j, t]
+            s += d * d
+        return s * aux[i, 0] * aux[j, 0]
+    return _exact_dist(x, i, aux, x, j, aux, met[1], met[2], met[3])
+
+
+@njit(inline="always", cache=True)
+def _to_sym(kk, aux, node, met):
+    """The symmetric key of a pair from the key of ``node``'s point to the other."""
+    return kk * aux[node, 0] if met[0] == MODE_BALL else kk
 
 
 _arcosh1p = njit(inline="always")(arcosh1p)
 
 
 @njit(inline="always", cache=True)
-def _arc(kk, two_c):
-    """A monotone stand-in for the geodesic distance: ``sqrt(c) d = arcosh(1 + 2cK)``."""
-    return _arcosh1p(two_c * np.float64(kk))
+def _arc(kk, two_c, met):
+    """A monotone stand-in for the distance: ``sqrt(c) d = arcosh(1 + 2cK)`` in
+    the ball, the distance itself in a product."""
+    if met[0] == MODE_BALL:
+        return _arcosh1p(two_c * np.float64(kk))
+    return kk
 
 
 @njit(inline="always", cache=True)
@@ -132,26 +154,23 @@ def _into_results(res_i, res_k, n, R_out, kk, node):
 
 
 @njit(nogil=True, cache=True)
-def _beam(graph, ok, q, start, L, R_out, visited, stamp, bufs):
-    """One beam search from the entry points of ``start = (entries, ex, ew)``
-    (their coordinates and weights copied to the dense ``ex``, ``ew``: scoring
-    them reads memory in order) over ``graph = (x, w, adj, deg, flags)``, with
-    the work arrays ``bufs`` of :func:`_beam_buffers`.  Fills ``res_i/res_k``
-    (sorted, ``R_out`` wide) with the nearest returnable nodes visited;
-    returns how many, and the size of the final beam (``beam_i/beam_k[:n_beam]``,
-    sorted)."""
-    x, w, adj, deg, flags = graph
-    entries, ex, ew = start
+def _beam(graph, met, ok, q, qa, start, L, R_out, visited, stamp, bufs):
+    """One beam search for the point ``q`` (a ``(1, d)`` row, aux row ``qa``)
+    from the entry points of ``start = (entries, ex, eaux)`` (their coordinates
+    and aux data copied to the dense ``ex``, ``eaux``: scoring them reads memory
+    in order) over ``graph = (x, aux, adj, deg, flags)`` with the metric ``met``
+    and the work arrays ``bufs`` of :func:`_beam_buffers`.  Fills
+    ``res_i/res_k`` (sorted, ``R_out`` wide) with the nearest returnable nodes
+    visited; returns how many, and the size of the final beam
+    (``beam_i/beam_k[:n_beam]``, sorted)."""
+    x, aux, adj, deg, flags = graph
+    entries, ex, eaux = start
     beam_i, beam_k, expd, res_i, res_k = bufs
     n_beam = 0
     n_res = 0
     for j in range(entries.shape[0]):
         e = entries[j]
-        s = 0.0
-        for t in range(ex.shape[1]):
-            dd = ex[j, t] - q[t]
-            s += dd * dd
-        kk = s * ew[j]
+        kk = _key(ex, eaux, j, q, qa, met)
         if n_beam == L and kk >= beam_k[n_beam - 1]:
             continue
         if visited[e] == stamp or flags[e] == 0:
@@ -177,7 +196,7 @@ def _beam(graph, ok, q, start, L, R_out, visited, stamp, bufs):
             visited[nb] = stamp
             if flags[nb] == 0:
                 continue
-            kk = _key(x, w, nb, q)
+            kk = _key(x, aux, nb, q, qa, met)
             if n_beam < L or kk < beam_k[n_beam - 1]:
                 n_beam, pos = _into_beam(beam_i, beam_k, expd, n_beam, L, kk, nb)
                 if pos < nxt:
@@ -191,31 +210,70 @@ def _beam(graph, ok, q, start, L, R_out, visited, stamp, bufs):
 
 
 @njit(nogil=True, cache=True)
-def search_batch(x, w, adj, deg, flags, ok, queries, entries, ex, ew, L, R_out, visited, stamp0):
-    """Beam searches of ``queries`` (``(q, d)``, ``x``'s dtype).  Returns the slots
-    ``(q, R_out)`` (``-1`` padded) and float64 keys (``inf`` padded) of the
-    nearest returnable nodes, and the last visited stamp used."""
+def search_batch(
+    graph, met, ok, queries, qaux, start, L, R_out, visited, stamp0, exact, k, out_s, out_d
+):
+    """Beam searches of ``queries`` (``(q, d)``, ``x``'s dtype; aux rows ``qaux``),
+    each followed by the exact float64 re-ranking of its ``R_out`` best
+    returnable nodes: ``exact = (q64, gq, xt, gt, kinds, starts, curv)``, the
+    queries in float64 and their gaps, the table's float64 vectors and gaps and
+    the factor table (:mod:`models.geometry.kernels`).  Writes the ``k`` nearest
+    slots and distances (ascending, ties by slot; ``-1``/``inf`` padded) to
+    ``out_s``/``out_d``; returns the last visited stamp used."""
+    q64, gq, xt, gt, kinds, starts, curv = exact
     nq = queries.shape[0]
-    out_i = np.full((nq, R_out), -1, dtype=np.int64)
-    out_k = np.full((nq, R_out), np.inf, dtype=np.float64)
-    graph = (x, w, adj, deg, flags)
-    start = (entries, ex, ew)
     bufs = _beam_buffers(L, R_out)
     beam_i, beam_k, expd, res_i, res_k = bufs
+    top_s = np.empty(k, dtype=np.int64)
+    top_d = np.empty(k, dtype=np.float64)
     stamp = stamp0
     for i in range(nq):
         stamp += 1
         if stamp >= 4294967295:
             visited[:] = 0
             stamp = 1
-        n, _ = _beam(graph, ok, queries[i], start, L, R_out, visited, np.uint32(stamp), bufs)
-        out_i[i, :n] = res_i[:n]
-        out_k[i, :n] = res_k[:n]
-    return out_i, out_k, stamp
+        n, _ = _beam(
+            graph,
+            met,
+            ok,
+            queries[i : i + 1],
+            qaux[i : i + 1],
+            start,
+            L,
+            R_out,
+            visited,
+            np.uint32(stamp),
+            bufs,
+        )
+        m = 0
+        for j in range(n):
+            s = res_i[j]
+            d = _exact_dist(q64, i, gq, xt, s, gt, kinds, starts, curv)
+            if d != d:
+                continue
+            if m == k and (d > top_d[m - 1] or (d == top_d[m - 1] and s > top_s[m - 1])):
+                continue
+            pos = m if m < k else k - 1
+            while pos > 0 and (top_d[pos - 1] > d or (top_d[pos - 1] == d and top_s[pos - 1] > s)):
+                top_d[pos] = top_d[pos - 1]
+                top_s[pos] = top_s[pos - 1]
+                pos -= 1
+            top_d[pos] = d
+            top_s[pos] = s
+            if m < k:
+                m += 1
+        for j in range(k):
+            if j < m:
+                out_s[i, j] = top_s[j]
+                out_d[i, j] = top_d[j]
+            else:
+                out_s[i, j] = -1
+                out_d[i, j] = np.inf
+    return stamp
 
 
 @njit(nogil=True, cache=True)
-def _prune(x, w, node, cand, ck, n_cand, R, alpha, two_c, out, occ, min_deg):
+def _prune(x, aux, met, node, cand, ck, n_cand, R, alpha, two_c, out, occ, min_deg):
     """Robust prune of ``cand[:n_cand]`` (symmetric keys ``ck`` to ``node``):
     candidates in increasing distance; ``c`` is kept unless a kept ``r`` has
     ``alpha d(r, c) <= d(node, c)``.  Writes at most ``R`` ids to ``out``;
@@ -236,25 +294,25 @@ def _prune(x, w, node, cand, ck, n_cand, R, alpha, two_c, out, occ, min_deg):
             # no room: hand it to the kept node nearest to it
             best = np.inf
             for r in range(n_out):
-                kr = _sym(x, w, out[r], c)
+                kr = _sym(x, aux, out[r], c, met)
                 if kr < best:
                     best = kr
                     occ[ci] = out[r]
             continue
-        dpc = _arc(ck[ci], two_c)
+        dpc = _arc(ck[ci], two_c, met)
         keep = True
         for r in range(n_out):
             o = out[r]
             if o == c:
                 keep = False
                 break
-            kr = _sym(x, w, o, c)
+            kr = _sym(x, aux, o, c, met)
             if alpha == 1.0:
                 if kr <= ck[ci]:
                     keep = False
                     occ[ci] = o
                     break
-            elif alpha * _arc(kr, two_c) <= dpc:
+            elif alpha * _arc(kr, two_c, met) <= dpc:
                 keep = False
                 occ[ci] = o
                 break
@@ -282,25 +340,7 @@ def _prune(x, w, node, cand, ck, n_cand, R, alpha, two_c, out, occ, min_deg):
 
 
 @njit(nogil=True, parallel=True, cache=True)
-def insert_batch(
-    x,
-    w,
-    adj,
-    deg,
-    flags,
-    nodes,
-    entries,
-    ex,
-    ew,
-    L,
-    R,
-    alpha,
-    two_c,
-    visited,
-    n_threads,
-    mates,
-    min_deg,
-):
+def insert_batch(graph, met, nodes, start, L, R, alpha, two_c, visited, n_threads, mates, min_deg):
     """Link ``nodes`` (not yet in the graph: ``flags`` 0; the caller sets them
     to 1 afterwards).
 
@@ -314,6 +354,7 @@ def insert_batch(
     ``adj`` has ``R + R // 2`` columns (the slack); ``visited`` is
     ``(n_threads, capacity)`` uint32 of zeros.  Returns the reverse edges
     ``(targets, sources)`` for :func:`link_groups`."""
+    x, aux, adj, deg, flags = graph
     nb_ = nodes.shape[0]
     new_adj = np.full((nb_, R), -1, dtype=np.int64)
     new_deg = np.zeros(nb_, dtype=np.int64)
@@ -323,8 +364,6 @@ def insert_batch(
     top1 = np.full(nb_, -1, dtype=np.int64)
     empty_ok = np.zeros(0, dtype=np.bool_)
     chunk = (nb_ + n_threads - 1) // n_threads
-    graph = (x, w, adj, deg, flags)
-    start = (entries, ex, ew)
     for t in prange(n_threads):
         bufs = _beam_buffers(L, L)
         beam_i, beam_k, expd, res_i, res_k = bufs
@@ -334,7 +373,19 @@ def insert_batch(
             node = nodes[b]
             stamp += 1
             # route over every node in the graph (tombstones too)
-            nr, n_beam = _beam(graph, empty_ok, x[node], start, L, 1, vis, np.uint32(stamp), bufs)
+            nr, n_beam = _beam(
+                graph,
+                met,
+                empty_ok,
+                x[node : node + 1],
+                aux[node : node + 1],
+                start,
+                L,
+                1,
+                vis,
+                np.uint32(stamp),
+                bufs,
+            )
             # candidates: the live nodes of the final beam (symmetric keys)
             m = 0
             for j in range(n_beam):
@@ -342,7 +393,7 @@ def insert_batch(
                 if bi == node or flags[bi] != _FLAGS_LIVE:
                     continue
                 cand_i[b, m] = bi
-                cand_k[b, m] = beam_k[j] * w[node]
+                cand_k[b, m] = _to_sym(beam_k[j], aux, node, met)
                 m += 1
             n_cand[b] = m
             if n_beam > 0:
@@ -381,9 +432,9 @@ def insert_batch(
                     o = nodes[order[p]]
                     if o != node:
                         ci[m] = o
-                        ck[m] = _sym(x, w, node, o)
+                        ck[m] = _sym(x, aux, node, o, met)
                         m += 1
-            k_out = _prune(x, w, node, ci, ck, m, R, alpha, two_c, out, occ, min_deg)
+            k_out = _prune(x, aux, met, node, ci, ck, m, R, alpha, two_c, out, occ, min_deg)
             # always an edge to the nearest graph node: batch mates may occlude
             # every older node, which would leave the batch an island
             if n_cand[b] > 0:
@@ -420,7 +471,7 @@ def insert_batch(
 
 
 @njit(nogil=True, parallel=True, cache=True)
-def link_groups(x, w, adj, deg, tgt, src, R, alpha, two_c, min_deg):
+def link_groups(graph, met, tgt, src, R, alpha, two_c, min_deg):
     """Add the edges ``tgt[i] -> src[i]``, grouped by target so targets are
     updated in parallel; a list over its slack is pruned back to ``R``.
     Returns the hand-offs ``(r, c)``: an edge ``v -> c`` pruned because ``r``
@@ -428,6 +479,7 @@ def link_groups(x, w, adj, deg, tgt, src, R, alpha, two_c, min_deg):
     pruned from a crowded hub stays reachable through the node that occluded
     it (in a tree-like metric the hubs near the origin are everybody's nearest
     neighbours and would otherwise drop most of their reverse edges)."""
+    x, aux, adj, deg, flags = graph
     slack = adj.shape[1]
     total = tgt.shape[0]
     order = np.argsort(tgt, kind="mergesort")
@@ -466,10 +518,10 @@ def link_groups(x, w, adj, deg, tgt, src, R, alpha, two_c, min_deg):
         else:
             ck = np.empty(m, dtype=np.float64)
             for j in range(m):
-                ck[j] = _sym(x, w, v, cand[j])
+                ck[j] = _sym(x, aux, v, cand[j], met)
             out = np.empty(R, dtype=np.int64)
             occ = np.empty(m, dtype=np.int64)
-            k_out = _prune(x, w, v, cand, ck, m, R, alpha, two_c, out, occ, min_deg)
+            k_out = _prune(x, aux, met, v, cand, ck, m, R, alpha, two_c, out, occ, min_deg)
             for j in range(k_out):
                 adj[v, j] = out[j]
             deg[v] = k_out
@@ -514,21 +566,20 @@ def reachable(adj, deg, flags, entries):
 
 
 @njit(nogil=True, cache=True)
-def repair(x, w, adj, deg, flags, entries, ex, ew, L):
+def repair(graph, met, start, L, order):
     """Give every in-graph node no search can reach an in-edge: from its nearest
     reachable out-neighbour, or else (an island: a group of near-duplicates
     whose edges all point at each other) from the nearest node a beam search
     from the entry points finds.  The edge takes a free slack column, else
-    replaces the host's last edge.  Nodes are handled from the origin
-    outwards.  Returns how many edges were added."""
+    replaces the host's last edge.  Nodes are handled in ``order`` (from the
+    origin outwards).  Returns how many edges were added."""
+    x, aux, adj, deg, flags = graph
+    entries = start[0]
     n = flags.shape[0]
     slack = adj.shape[1]
     seen = reachable(adj, deg, flags, entries)
-    order = np.argsort(w)
     stack = np.empty(n, dtype=np.int64)
     visited = np.zeros(n, dtype=np.uint32)
-    graph = (x, w, adj, deg, flags)
-    start = (entries, ex, ew)
     bufs = _beam_buffers(L, 1)
     beam_i, beam_k, expd, res_i, res_k = bufs
     no_filter = np.zeros(0, dtype=np.bool_)
@@ -536,7 +587,7 @@ def repair(x, w, adj, deg, flags, entries, ex, ew, L):
     added = 0
     for _rounds in range(8):
         progress = False
-        for oi in range(n):
+        for oi in range(order.shape[0]):
             u = order[oi]
             if flags[u] == 0 or seen[u]:
                 continue
@@ -548,7 +599,7 @@ def repair(x, w, adj, deg, flags, entries, ex, ew, L):
             for j in range(deg[u]):
                 v = adj[u, j]
                 if seen[v]:
-                    kk = _sym(x, w, u, v)
+                    kk = _sym(x, aux, u, v, met)
                     if kk < best_k:
                         best_k = kk
                         best = v
@@ -560,7 +611,17 @@ def repair(x, w, adj, deg, flags, entries, ex, ew, L):
             else:
                 stamp += 1
                 _, n_beam = _beam(
-                    graph, no_filter, x[u], start, L, 1, visited, np.uint32(stamp), bufs
+                    graph,
+                    met,
+                    no_filter,
+                    x[u : u + 1],
+                    aux[u : u + 1],
+                    start,
+                    L,
+                    1,
+                    visited,
+                    np.uint32(stamp),
+                    bufs,
                 )
                 for j in range(n_beam):
                     v = beam_i[j]
@@ -590,3 +651,44 @@ def repair(x, w, adj, deg, flags, entries, ex, ew, L):
         # replacing a last edge may have cut something off: look again
         seen = reachable(adj, deg, flags, entries)
     return added
+
+
+@njit(nogil=True, cache=True)
+def bfs_order(adj, deg, flags, entries):
+    """In-graph nodes in breadth-first order from ``entries`` (then any node not
+    reached, in slot order): the layout that puts a node's neighbours next to
+    it in memory."""
+    n = flags.shape[0]
+    seen = np.zeros(n, dtype=np.bool_)
+    out = np.empty(n, dtype=np.int64)
+    head = 0
+    tail = 0
+    scan = 0
+    for e in entries:
+        if e >= 0 and flags[e] != 0 and not seen[e]:
+            seen[e] = True
+            out[tail] = e
+            tail += 1
+    while True:
+        while head < tail:
+            v = out[head]
+            head += 1
+            for j in range(deg[v]):
+                u = adj[v, j]
+                if not seen[u] and flags[u] != 0:
+                    seen[u] = True
+                    out[tail] = u
+                    tail += 1
+        more = False
+        while scan < n:
+            u = scan
+            scan += 1
+            if flags[u] != 0 and not seen[u]:
+                seen[u] = True
+                out[tail] = u
+                tail += 1
+                more = True
+                break
+        if not more:
+            break
+    return out[:tail]

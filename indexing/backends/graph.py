@@ -31,48 +31,62 @@ nodes, in compiled kernels that release the GIL (:mod:`._graph_kernels`, numba):
   near-duplicates would otherwise link only to itself and become an island);
 * after every insertion a repair pass links any node the entry points cannot
   reach;
-* a search is a beam search of width ``max(ef, 2k)``; the best
-  ``max(4k, k + 32)`` returnable nodes it visits are re-ranked in float64 by
-  ``models.geometry``; removed items stay in the graph as tombstones that
-  route but are never returned, so deletion does not disconnect it
-  (compaction rebuilds it when the index's table is compacted); a filter
-  marks the allowed nodes and the search keeps routing through the others.
+* a search is a beam search of width ``max(ef, 2k)``, and the best
+  ``max(4k, k + 32)`` returnable nodes it visits are re-ranked by the exact
+  float64 distance of :mod:`models.geometry.kernels` and merged into the top
+  ``k`` in the same compiled call (no per-query Python); the ``k`` returned get
+  their distances from the reference formula (``IndexSpace.dist_rows``,
+  bit for bit what the exact backend returns).  The queries of one call are
+  split over :func:`search_threads` threads (a thread pool over the nogil
+  kernel, each with its own visited buffer: no numba threading layer, so
+  nothing spins next to torch's pool); removed items stay in the graph as
+  tombstones that route but are never returned, so deletion does not
+  disconnect it (compaction rebuilds it when the index's table is compacted);
+  a filter marks the allowed nodes and the search keeps routing through the
+  others.
 
 Coordinates are float32 or float64 (``precision``; ``"auto"`` picks float64
 when more than :data:`AUTO_DEEP_SHARE` of the items are *deep*, gap below
 :data:`models.geometry.ranking.DEEP_GAP`, where float32 cannot rank neighbours --
 label embeddings of a big taxonomy are mostly that deep -- and float32, the
 faster, otherwise).  In a float32 graph the deep items stay out and are
-scanned exactly, as in :mod:`.hnsw`.  Keys are float64 either way.  Product
-spaces are not supported (the index routes them to the exact backend).
+scanned exactly, as in :mod:`.hnsw`.  Keys are float64 either way.
+
+Product spaces (``poincare:8,sphere:4,euclidean:4``) are graphs too: float64
+coordinates, ranked, pruned and re-ranked with the product distance of
+:mod:`models.geometry.kernels` (the kernels take a metric mode: the ball's
+proxy or the exact product distance).
 The README's ANN benchmark has the measurements behind these choices.
 
 Parameters: ``R`` (32), ``ef_construction`` (96), ``alpha`` (1.0), ``ef``
-(48), ``n_entries`` (256), ``max_batch`` (4096), ``handoffs`` (3),
-``mates`` (32), ``min_degree`` (8), ``precision`` ("auto"), ``build_threads`` (0: numba's default),
+(``None``: :func:`default_ef` of the dimension), ``n_entries`` (256),
+``max_batch`` (4096), ``handoffs`` (3), ``mates`` (32), ``min_degree`` (8),
+``precision`` ("auto"), ``build_threads`` (0: numba's default),
 ``filter_exact_threshold`` (20000), ``seed`` (100).
 """
 
 from __future__ import annotations
 
 import io
+import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
-from ..geometry import IndexSpace
+from ..geometry import IndexSpace, PoincareIndexSpace
 from ..table import ItemTable
-from .base import Backend, ball_only_params, empty_answer, rerank, search_size
+from .base import Backend, empty_answer, search_size
 from .exact import exact_search, n_candidates, with_deep_scan
 
-__all__ = ["GraphBackend"]
+__all__ = ["GraphBackend", "search_threads", "set_search_threads"]
 
 _DEFAULTS: dict[str, Any] = {
     "R": 32,
     "ef_construction": 96,
     "alpha": 1.0,
-    "ef": 48,
+    "ef": None,
     "max_batch": 4096,
     "build_threads": 0,
     "filter_exact_threshold": 20000,
@@ -87,7 +101,52 @@ _DEFAULTS: dict[str, Any] = {
 #: items is deep (label embeddings of a big taxonomy), else float32 with the
 #: deep items scanned exactly.
 AUTO_DEEP_SHARE = 0.01
-_INT_PARAMS = ("R", "ef_construction", "ef", "max_batch", "n_entries")
+_INT_PARAMS = ("R", "ef_construction", "max_batch", "n_entries")
+#: queries per search thread at least (below that one thread answers them all)
+_MIN_CHUNK = 16
+
+_threads_lock = threading.Lock()
+_pool: ThreadPoolExecutor | None = None
+_search_threads = 0
+
+
+def search_threads() -> int:
+    """Threads the queries of one search call are spread over (the kernels
+    release the GIL): :func:`set_search_threads`, else ``HYPSEARCH_SEARCH_THREADS``,
+    else the CPUs of the process."""
+    if _search_threads:
+        return _search_threads
+    env = os.environ.get("HYPSEARCH_SEARCH_THREADS", "")
+    if env.strip().isdigit() and int(env) > 0:
+        return int(env)
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
+
+
+def set_search_threads(n: int) -> None:
+    """Spread every later search call over ``n`` threads (0: back to the default)."""
+    global _search_threads
+    _search_threads = max(0, int(n))
+
+
+def _executor(n: int) -> ThreadPoolExecutor:
+    global _pool
+    with _threads_lock:
+        if _pool is None or _pool._max_workers < n:
+            _pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="hypsearch-graph")
+        return _pool
+
+
+def default_ef(dim: int, n: int) -> int:
+    """The beam width a search uses when neither the call nor the parameters set
+    one, for ``n`` items of dimension ``dim``: the smallest that reached
+    recall@10 >= 0.99 on the benchmark clouds of that size (README, "The
+    index"); a bigger graph needs a wider beam."""
+    big = n > 300_000
+    if dim <= 20:
+        return 64 if big else 40
+    if dim <= 40:
+        return 128 if big else 96
+    return 256 if big else 192
 
 
 def _kernels():
@@ -120,32 +179,51 @@ class _VisitedPool:
             self._free.clear()
 
 
+def _check_params(space: IndexSpace, params: dict[str, Any]) -> dict[str, Any]:
+    unknown = set(params) - set(_DEFAULTS)
+    if unknown:
+        raise TypeError(f"graph backend: unknown parameters {sorted(unknown)}")
+    p = {**_DEFAULTS, **params}
+    for key in _INT_PARAMS + (() if p["ef"] is None else ("ef",)):
+        if int(p[key]) < 1:
+            raise ValueError(f"graph backend: {key} must be >= 1, got {p[key]!r}")
+    if int(p["R"]) < 2:
+        raise ValueError(f"graph backend: R must be >= 2, got {p['R']!r}")
+    if not float(p["alpha"]) >= 1.0:
+        raise ValueError(f"graph backend: alpha must be >= 1, got {p['alpha']!r}")
+    for key in ("filter_exact_threshold", "build_threads", "handoffs", "mates", "min_degree"):
+        if int(p[key]) < 0:
+            raise ValueError(f"graph backend: {key} must be >= 0, got {p[key]!r}")
+    if p["precision"] not in ("auto", "float32", "float64"):
+        raise ValueError(
+            "graph backend: precision must be 'auto', 'float32' or 'float64', "
+            f"got {p['precision']!r}"
+        )
+    if not isinstance(space, PoincareIndexSpace) and p["precision"] == "float32":
+        raise ValueError("graph backend: a product space is indexed in float64 only")
+    return {
+        k: (float(v) if k == "alpha" else v if k == "precision" or v is None else int(v))
+        for k, v in p.items()
+    }
+
+
 class GraphBackend(Backend):
     name = "graph"
 
     def __init__(self, space: IndexSpace, **params: Any) -> None:
         super().__init__(space)
-        p = ball_only_params("graph", space, params, _DEFAULTS)
-        for key in _INT_PARAMS:
-            if int(p[key]) < 1:
-                raise ValueError(f"graph backend: {key} must be >= 1, got {p[key]!r}")
-        if int(p["R"]) < 2:
-            raise ValueError(f"graph backend: R must be >= 2, got {p['R']!r}")
-        if not float(p["alpha"]) >= 1.0:
-            raise ValueError(f"graph backend: alpha must be >= 1, got {p['alpha']!r}")
-        for key in ("filter_exact_threshold", "build_threads", "handoffs", "mates", "min_degree"):
-            if int(p[key]) < 0:
-                raise ValueError(f"graph backend: {key} must be >= 0, got {p[key]!r}")
-        if p["precision"] not in ("auto", "float32", "float64"):
-            raise ValueError(
-                "graph backend: precision must be 'auto', 'float32' or 'float64', "
-                f"got {p['precision']!r}"
-            )
-        self._p = {
-            k: (float(v) if k == "alpha" else v if k == "precision" else int(v))
-            for k, v in p.items()
-        }
-        self._dtype = np.float64 if self._p["precision"] == "float64" else np.float32
+        self._p = _check_params(space, params)
+        self._ball = isinstance(space, PoincareIndexSpace)
+        K = _kernels()
+        self._table = space.kernel_table()
+        self._met = (
+            K.MODE_BALL if self._ball else K.MODE_PRODUCT,
+            *self._table,
+        )
+        self._n_aux = 1 if self._ball else len(self._table[0])
+        self._dtype = np.float32
+        if not self._ball or self._p["precision"] == "float64":
+            self._dtype = np.float64
         self._visited = _VisitedPool()
         self._reset(0)
 
@@ -153,12 +231,21 @@ class GraphBackend(Backend):
     def params(self) -> dict[str, Any]:
         return dict(self._p)
 
+    @property
+    def ef(self) -> int:
+        """The default beam width of a search."""
+        n = self._in_graph - self._deleted
+        return self._p["ef"] or default_ef(self.space.dim, n)  # None: per dimension and size
+
     # -- state ------------------------------------------------------------------------
     def _reset(self, capacity: int) -> None:
         cap = max(16, int(capacity))
         slack = self._p["R"] + self._p["R"] // 2
         self._x = np.zeros((cap, self.space.dim), dtype=self._dtype)
-        self._w = np.zeros(cap, dtype=np.float64)
+        # ranking data: the proxy weight w (ball) or the factors' gaps (product)
+        self._aux = np.zeros((cap, self._n_aux), dtype=np.float64)
+        # exact gaps of the table's float64 vectors (the re-ranking)
+        self._g = np.ones((cap, len(self._table[0])), dtype=np.float64)
         self._adj = np.full((cap, slack), -1, dtype=np.int32)
         self._deg = np.zeros(cap, dtype=np.int32)
         self._flags = np.zeros(cap, dtype=np.uint8)
@@ -170,7 +257,7 @@ class GraphBackend(Backend):
         self._visited.clear()
 
     def _grow(self, need: int) -> None:
-        cap = len(self._w)
+        cap = len(self._flags)
         if need <= cap:
             return
         new = max(need, int(cap * 1.5) + 16)
@@ -181,26 +268,42 @@ class GraphBackend(Backend):
             return out
 
         self._x = grown(self._x, 0)
-        self._w = grown(self._w, 0)
+        self._aux = grown(self._aux, 0)
+        self._g = grown(self._g, 1)
         self._adj = grown(self._adj, -1)
         self._deg = grown(self._deg, 0)
         self._flags = grown(self._flags, 0)
         self._visited.clear()
+
+    def _aux_of(self, v: np.ndarray, g: np.ndarray) -> np.ndarray:
+        if self._ball:
+            return self.space.proxy_weight(v)[:, None]
+        return g
 
     def _sync_vectors(self, table: ItemTable) -> None:
         n = table.n_slots
         if n > self._n:
             self._grow(n)
             v = table.vectors[self._n : n]
+            g = self.space.kernel_gaps(v)
             self._x[self._n : n] = v
-            self._w[self._n : n] = self.space.proxy_weight(v)
+            self._g[self._n : n] = g
+            self._aux[self._n : n] = self._aux_of(v, g)
             self._n = n
+
+    @property
+    def _graph(self):
+        return (self._x, self._aux, self._adj, self._deg, self._flags)
+
+    @property
+    def _start(self):
+        return (self._entries, self._ex, self._eaux)
 
     # -- mutations ------------------------------------------------------------------
     def _choose_dtype(self, table: ItemTable, slots: np.ndarray) -> bool:
         """``precision="auto"`` on an empty graph: float64 if the items coming in
         are deep enough to need it.  True if the dtype changed."""
-        if self._p["precision"] != "auto" or self._in_graph or not len(slots):
+        if not self._ball or self._p["precision"] != "auto" or self._in_graph or not len(slots):
             return False
         deep = float(self.space.deep(table.vectors[slots]).mean())
         want = np.float64 if deep > AUTO_DEEP_SHARE else np.float32
@@ -237,6 +340,11 @@ class GraphBackend(Backend):
     def deleted_fraction(self) -> float:
         return self._deleted / self._in_graph if self._in_graph else 0.0
 
+    def _centrality(self, slots: np.ndarray) -> np.ndarray:
+        """Squared norms: the node nearest the origin is the hub searches start from."""
+        x = self._x[slots].astype(np.float64)
+        return np.einsum("ij,ij->i", x, x)
+
     def _insert(self, table: ItemTable, slots: np.ndarray) -> None:
         K = _kernels()
         if self._dtype == np.float64:  # float64 coordinates rank deep points too
@@ -253,30 +361,25 @@ class GraphBackend(Backend):
         slots = slots[rng.permutation(len(slots))]
         if self._in_graph == 0:
             # the point nearest the origin first: the hub every search starts from
-            first = int(np.argmin(self._w[slots]))
+            first = int(np.argmin(self._centrality(slots)))
             slots[[0, first]] = slots[[first, 0]]
             self._flags[slots[0]] = 1
             self._in_graph = 1
             self._set_entries(np.array([slots[0]], dtype=np.int64))
             slots = slots[1:]
         threads = self._p["build_threads"] or _numba_threads()
-        two_c = 2.0 * self.space.c
+        two_c = 2.0 * self.space.c if self._ball else 0.0
         a = 0
         while a < len(slots):
             size = min(self._p["max_batch"], max(1, self._in_graph), len(slots) - a)
             batch = np.ascontiguousarray(slots[a : a + size])
-            vis = np.zeros((threads, len(self._w)), dtype=np.uint32)
+            vis = np.zeros((threads, len(self._flags)), dtype=np.uint32)
             with K.PARALLEL_LOCK:
                 tgt, src = K.insert_batch(
-                    self._x,
-                    self._w,
-                    self._adj,
-                    self._deg,
-                    self._flags,
+                    self._graph,
+                    self._met,
                     batch,
-                    self._entries,
-                    self._ex,
-                    self._ew,
+                    self._start,
                     self._p["ef_construction"],
                     self._p["R"],
                     self._p["alpha"],
@@ -290,10 +393,8 @@ class GraphBackend(Backend):
                     if len(tgt) == 0:
                         break
                     tgt, src = K.link_groups(
-                        self._x,
-                        self._w,
-                        self._adj,
-                        self._deg,
+                        self._graph,
+                        self._met,
                         tgt,
                         src,
                         self._p["R"],
@@ -307,23 +408,15 @@ class GraphBackend(Backend):
             if len(self._entries) < self._p["n_entries"]:
                 self._pick_entries()
         self._pick_entries()
-        K.repair(
-            self._x,
-            self._w,
-            self._adj,
-            self._deg,
-            self._flags,
-            self._entries,
-            self._ex,
-            self._ew,
-            self._p["ef_construction"],
-        )
+        n = self._n
+        order = np.argsort(self._centrality(np.arange(n)), kind="stable")
+        K.repair(self._graph, self._met, self._start, self._p["ef_construction"], order)
 
     def _set_entries(self, entries: np.ndarray) -> None:
-        """Entry points, with a dense copy of their coordinates and weights."""
+        """Entry points, with a dense copy of their coordinates and aux data."""
         self._entries = entries
         self._ex = np.ascontiguousarray(self._x[entries])
-        self._ew = np.ascontiguousarray(self._w[entries])
+        self._eaux = np.ascontiguousarray(self._aux[entries])
 
     def _pick_entries(self) -> None:
         """The live node nearest the origin and a few random live nodes."""
@@ -332,7 +425,7 @@ class GraphBackend(Backend):
             route = np.nonzero(self._flags[: self._n] != 0)[0]
             self._set_entries(route[:1].astype(np.int64))
             return
-        hub = live[np.argmin(self._w[live])]
+        hub = live[np.argmin(self._centrality(live))]
         rng = np.random.default_rng(self._p["seed"])
         extra = rng.choice(live, size=min(len(live), self._p["n_entries"] - 1), replace=False)
         rest = np.unique(extra).astype(np.int64)
@@ -363,7 +456,7 @@ class GraphBackend(Backend):
     def _graph_search(self, table, queries, k, n_graph, allowed, ef):
         K = _kernels()
         keep = n_candidates(k, n_graph)
-        width = max(self._p["ef"] if ef is None else int(ef), 2 * k)
+        width = max(self.ef if ef is None else int(ef), 2 * k)
         if allowed is not None:
             ok = np.zeros(len(self._flags), dtype=np.bool_)
             ok[allowed] = True
@@ -372,36 +465,65 @@ class GraphBackend(Backend):
             width = int(min(max(width, width / max(frac, 1e-3)), 4 * width + 1024))
         else:
             ok = np.zeros(0, dtype=np.bool_)
-        q32 = np.ascontiguousarray(queries, dtype=self._dtype)
-        item = self._visited.take(len(self._flags))
-        try:
-            cand, _, item[1] = K.search_batch(
-                self._x,
-                self._w,
-                self._adj,
-                self._deg,
-                self._flags,
-                ok,
-                q32,
-                self._entries,
-                self._ex,
-                self._ew,
-                width,
-                keep,
-                item[0],
-                item[1],
-            )
-        finally:
-            self._visited.give(item)
-        best_s, best_d = rerank(self.space, table, queries, cand, k)
-        bad = (best_s < 0).any(axis=1)
+        q64 = np.ascontiguousarray(queries, dtype=np.float64)
+        qx = q64 if self._dtype == np.float64 else np.ascontiguousarray(q64, dtype=self._dtype)
+        gq = self.space.kernel_gaps(q64)
+        qaux = np.ascontiguousarray(self._aux_of(q64, gq))
+        exact = (q64, gq, table.vectors, self._g, *self._table)
+        nq = len(q64)
+        out_s = np.empty((nq, k), dtype=np.int64)
+        out_d = np.empty((nq, k), dtype=np.float64)
+        graph, start, met = self._graph, self._start, self._met
+
+        def run(a: int, b: int) -> None:
+            item = self._visited.take(len(self._flags))
+            try:
+                item[1] = K.search_batch(
+                    graph,
+                    met,
+                    ok,
+                    qx[a:b],
+                    qaux[a:b],
+                    start,
+                    width,
+                    keep,
+                    item[0],
+                    item[1],
+                    tuple(e[a:b] if j < 2 else e for j, e in enumerate(exact)),
+                    k,
+                    out_s[a:b],
+                    out_d[a:b],
+                )
+            finally:
+                self._visited.give(item)
+
+        threads = min(search_threads(), max(1, nq // _MIN_CHUNK))
+        if threads <= 1:
+            run(0, nq)
+        else:
+            bounds = np.linspace(0, nq, threads + 1).astype(int)
+            futures = [
+                _executor(threads).submit(run, int(bounds[t]), int(bounds[t + 1]))
+                for t in range(threads)
+            ]
+            for f in futures:
+                f.result()
+        bad = (out_s < 0).any(axis=1)
+        # the kernel ranked with the compiled float64 distance of models.geometry.kernels;
+        # the k returned come from the reference formula (models.geometry, bit for bit)
+        good = np.nonzero(~bad)[0]
+        if len(good):
+            out_d[good] = self.space.dist_rows(q64[good], table.vectors[out_s[good]])
+            order = np.lexsort((out_s[good], out_d[good]), axis=-1)
+            out_s[good] = np.take_along_axis(out_s[good], order, axis=1)
+            out_d[good] = np.take_along_axis(out_d[good], order, axis=1)
         if bad.any():  # the graph did not reach k returnable items: stay exact
             rows = np.nonzero(bad)[0]
             if allowed is None:
                 allowed = np.nonzero(self._flags[: self._n] == 1)[0].astype(np.int64)
             s, d = exact_search(self.space, table, None, queries[rows], k, allowed=allowed)
-            best_s[rows], best_d[rows] = s, d
-        return best_s, best_d
+            out_s[rows], out_d[rows] = s, d
+        return out_s, out_d
 
     # -- diagnostics ------------------------------------------------------------------
     def unreachable(self) -> int:
@@ -415,6 +537,7 @@ class GraphBackend(Backend):
     def state(self) -> dict[str, bytes]:
         buf = io.BytesIO()
         n = self._n
+        tomb = self._flags[:n] == 2
         np.savez(
             buf,
             adj=self._adj[:n],
@@ -424,8 +547,9 @@ class GraphBackend(Backend):
             deep=np.fromiter(sorted(self._deep), dtype=np.int64, count=len(self._deep)),
             counts=np.array([self._in_graph, self._deleted], dtype=np.int64),
             # tombstones route searches but the table no longer holds their vectors
-            tomb_x=self._x[:n][self._flags[:n] == 2],
-            tomb_w=self._w[:n][self._flags[:n] == 2],
+            tomb_x=self._x[:n][tomb],
+            tomb_w=self._aux[:n][tomb][:, 0] if self._ball else np.zeros(0),
+            tomb_aux=self._aux[:n][tomb],
             wide=np.array([self._dtype == np.float64]),
         )
         return {"graph": buf.getvalue()}
@@ -437,7 +561,9 @@ class GraphBackend(Backend):
         with np.load(io.BytesIO(state["graph"]), allow_pickle=False) as z:
             adj, deg, flags = z["adj"], z["deg"], z["flags"]
             entries, deep, counts = z["entries"], z["deep"], z["counts"]
-            tomb_x, tomb_w, wide = z["tomb_x"], z["tomb_w"], bool(z["wide"][0])
+            tomb_x, wide = z["tomb_x"], bool(z["wide"][0])
+            # snapshots before product graphs kept the ball's weights only
+            tomb_aux = z["tomb_aux"] if "tomb_aux" in z.files else z["tomb_w"][:, None]
         n = len(flags)
         slack = self._p["R"] + self._p["R"] // 2
         if adj.shape != (n, slack) or len(deg) != n or n > table.n_slots:
@@ -448,13 +574,18 @@ class GraphBackend(Backend):
         if ((flags == 1) & ~alive).any():
             raise ValueError("graph snapshot: a live node is not live in the table")
         tomb = np.nonzero(flags == 2)[0]
-        if tomb_x.shape != (len(tomb), self.space.dim) or tomb_w.shape != (len(tomb),):
+        if tomb_x.shape != (len(tomb), self.space.dim) or tomb_aux.shape != (
+            len(tomb),
+            self._n_aux,
+        ):
             raise ValueError("graph snapshot: tombstone coordinates do not match")
+        if not self._ball and not wide:
+            raise ValueError("graph snapshot: a product graph must be float64")
         self._dtype = np.float64 if wide else np.float32
         self._reset(max(table.n_slots, 16))
         self._sync_vectors(table)
         self._x[tomb] = tomb_x
-        self._w[tomb] = tomb_w
+        self._aux[tomb] = tomb_aux
         self._adj[:n] = adj
         self._deg[:n] = deg
         self._flags[:n] = flags
@@ -470,7 +601,8 @@ class GraphBackend(Backend):
     def nbytes(self) -> int:
         return int(
             self._x.nbytes
-            + self._w.nbytes
+            + self._aux.nbytes
+            + self._g.nbytes
             + self._adj.nbytes
             + self._deg.nbytes
             + self._flags.nbytes

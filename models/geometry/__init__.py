@@ -7,6 +7,8 @@
   maps, Möbius matvec, Lorentz and Klein coordinates, Einstein midpoint;
 * :mod:`.poincare_np` -- numpy float64 twins of the ball formulas a service
   request needs (compensated gap, distances);
+* :mod:`.kernels` -- compiled (numba) float64 twins of the distances the index
+  returns (ball and products), one pair at a time;
 * :mod:`.ranking` -- what the index ranks with, numpy only and importable
   without torch: ball membership, the plain gap and its floor, the "deep"
   test, the ranking proxy and its correction to a distance (constants the
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
     from . import (
         cones,
         delta,
+        kernels,
         numerics,
         poincare,
         poincare_np,
@@ -45,6 +48,7 @@ __all__ = [
     "ProductSpace",
     "cones",
     "delta",
+    "kernels",
     "numerics",
     "poincare",
     "poincare_np",
