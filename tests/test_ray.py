@@ -257,3 +257,41 @@ def test_a_shard_that_stays_down_fails_the_query_clearly(tmp_path, ray_cluster):
     finally:
         sharded._shards.owned[1] = False  # gone already
         sharded.close()
+
+
+@ray_mark
+def test_ray_build_gives_the_local_build_item_for_item(tmp_path, tmp_path_factory, ray_cluster):
+    import torch
+
+    from indexing.build import build_index, open_index, plan_dataset
+    from indexing.ray_build import ray_build_index
+    from tests.test_service_support import FMNIST, artifacts, needs_data
+
+    if needs_data.args[0]:
+        pytest.skip(needs_data.kwargs["reason"])
+    torch.set_num_threads(1)
+    art = artifacts(tmp_path_factory)
+    model = art.model
+    plan = plan_dataset("fashion-mnist", "test", FMNIST)
+    plan.sources = plan.sources[:300]
+    local = open_index(tmp_path / "local", dim=model.dim, curvature=model.curvature)
+    build_index(model, local, plan, batch_size=64, workers=0)
+    sharded = ShardedIndex(
+        tmp_path / "sharded", shards=2, dim=model.dim, curvature=model.curvature, ray=True
+    )
+    try:
+        half = plan_dataset("fashion-mnist", "test", FMNIST)
+        half.sources = plan.sources[:100]  # a build cut short, then resumed
+        r1 = ray_build_index(str(art.model_path), model, sharded, half, batch_size=64)
+        r2 = ray_build_index(str(art.model_path), model, sharded, plan, batch_size=64)
+        assert (r1.indexed, r2.indexed, r2.skipped["already indexed"]) == (100, 200, 100)
+        assert sorted(sharded.ids()) == sorted(local.ids())
+        for item_id in local.ids()[::7]:
+            a, b = local.get(item_id), sharded.get(item_id)
+            assert (a.label, a.payload, a.holder) == (b.label, b.payload, b.holder)
+            np.testing.assert_array_equal(a.vector, b.vector)
+        q = local.get(local.ids()[3]).vector
+        np.testing.assert_array_equal(local.search(q, k=20)[0], sharded.search(q, k=20)[0])
+    finally:
+        sharded.close()
+        local.close()
