@@ -295,3 +295,29 @@ def test_ray_build_gives_the_local_build_item_for_item(tmp_path, tmp_path_factor
     finally:
         sharded.close()
         local.close()
+
+
+def test_ray_flags_refuse_bad_input_in_one_line(tmp_path, capsys, monkeypatch):
+    import sys
+
+    from service.cli import main
+
+    model = tmp_path / "model.safetensors"
+    model.write_bytes(b"")  # never read: the flags are checked first
+    build = ["index", "build", "--model", str(model), "--dataset", "fashion-mnist"]
+    cases = [
+        (
+            build + ["--out", str(tmp_path / "a"), "--ray", "127.0.0.1:1"],
+            "--ray 127.0.0.1:1: no Ray",
+        ),
+        (build + ["--out", str(tmp_path / "a"), "--ray", "nowhere"], "--ray nowhere: expected"),
+        (build + ["--out", str(tmp_path / "a"), "--shards", "2"], "--shards: needs --ray"),
+        (["serve", "--model", str(model), "--shards", "2"], "--ray ADDRESS and --shards N"),
+    ]
+    for argv, message in cases:
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and "\n" not in err, err
+    monkeypatch.setitem(sys.modules, "ray", None)  # the extra is not installed
+    assert main(build + ["--out", str(tmp_path / "a"), "--ray", "auto"]) == 2
+    assert "pip install -e '.[ray]'" in capsys.readouterr().err
