@@ -17,11 +17,15 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import signal
 import threading
 from typing import Any
 
 __all__ = ["RayUnavailable", "HypsearchReplica", "connect", "serve_on_ray"]
+
+log = logging.getLogger("service")
 
 #: the object store of a local cluster (Ray's default is 30% of the memory)
 LOCAL_OBJECT_STORE_BYTES = 300 * 2**20
@@ -131,12 +135,13 @@ def serve_on_ray(
         serve.run(deployment.bind(settings_kw), name="hypsearch", route_prefix="/")
         if announce:
             print(announce, flush=True)
-        stop = stop if stop is not None else threading.Event()
-        try:
-            while not stop.wait(1.0):
-                pass
-        except KeyboardInterrupt:
+        if stop is None:
+            stop = threading.Event()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, lambda *_: stop.set())
+        while not stop.wait(0.5):
             pass
+        log.info("stopping: Serve, then the shards")
         serve.shutdown()
     finally:
         index.close()
