@@ -282,8 +282,8 @@ def test_ray_build_gives_the_local_build_item_for_item(tmp_path, tmp_path_factor
     try:
         half = plan_dataset("fashion-mnist", "test", FMNIST)
         half.sources = plan.sources[:100]  # a build cut short, then resumed
-        r1 = ray_build_index(str(art.model_path), model, sharded, half, batch_size=64)
-        r2 = ray_build_index(str(art.model_path), model, sharded, plan, batch_size=64)
+        r1 = ray_build_index(str(art.model_path), model, sharded, half, batch_size=64, workers=1)
+        r2 = ray_build_index(str(art.model_path), model, sharded, plan, batch_size=64, workers=1)
         assert (r1.indexed, r2.indexed, r2.skipped["already indexed"]) == (100, 200, 100)
         assert sorted(sharded.ids()) == sorted(local.ids())
         for item_id in local.ids()[::7]:
