@@ -61,6 +61,7 @@ __all__ = [
     "read_picture",
     "embed_plan",
     "build_index",
+    "pending_sources",
 ]
 
 MAX_EXAMPLES = 100  # skipped sources listed by name (all are counted)
@@ -306,6 +307,25 @@ def _index_labels(index) -> set[str]:
     return out
 
 
+def pending_sources(
+    plan: Plan, skip_ids: Callable[[str], bool] | None, report: BuildReport
+) -> tuple[list[Source], int]:
+    """``(sources to embed, how many are already indexed)``; the plan's skipped
+    sources and the already indexed ones are counted in ``report``."""
+    for src, reason in plan.skipped:
+        report.skip(src, reason)
+    todo = []
+    already = 0
+    for s in plan.sources:
+        if skip_ids is not None and skip_ids(s.id):
+            already += 1
+            report.skipped["already indexed"] += 1
+        else:
+            todo.append(s)
+    report.total = len(plan.sources) + len(plan.skipped)
+    return todo, already
+
+
 def embed_plan(
     model,
     plan: Plan,
@@ -335,17 +355,7 @@ def embed_plan(
     from models.prototypes import Prototypes, prediction_labels
 
     report = report if report is not None else BuildReport(plan.name)
-    for src, reason in plan.skipped:
-        report.skip(src, reason)
-    todo = []
-    already = 0
-    for s in plan.sources:
-        if skip_ids is not None and skip_ids(s.id):
-            already += 1
-            report.skipped["already indexed"] += 1
-        else:
-            todo.append(s)
-    report.total = len(plan.sources) + len(plan.skipped)
+    todo, already = pending_sources(plan, skip_ids, report)
     if on_progress is not None and (already or plan.skipped):
         on_progress(already + len(plan.skipped))
     if not todo:

@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from indexing import IndexInputError
+from indexing.sharded import ShardUnavailableError
 from models.taxonomy import UnknownLabelError
 
 log = logging.getLogger("service")
@@ -92,6 +93,11 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(IndexInputError)
     async def _index_input(request: Request, exc: IndexInputError) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=422)
+
+    @app.exception_handler(ShardUnavailableError)
+    async def _shard_down(request: Request, exc: ShardUnavailableError) -> JSONResponse:
+        # a shard restarting: never a partial answer, a retryable 503
+        return JSONResponse({"detail": str(exc)}, status_code=503, headers={"Retry-After": "5"})
 
     @app.exception_handler(UnknownLabelError)
     async def _unknown_label(request: Request, exc: UnknownLabelError) -> JSONResponse:

@@ -136,6 +136,12 @@ class Runtime:
 
     # -- tallies --------------------------------------------------------------------
     def _load_tallies(self) -> None:
+        many = getattr(self.index, "item_labels", None)  # a sharded index: one call a shard
+        if many is not None:
+            self._item_label = many()
+            self._counts.update(lab for lab in self._item_label.values() if lab is not None)
+            self._version += 1
+            return
         for item_id in self.index.ids():
             item = self.index.get(item_id)
             if item is None:  # deleted meanwhile
@@ -410,8 +416,9 @@ def label_cones(labels: LabelEmbedding, spec: dict) -> tuple[LabelCones, float]:
     return LabelCones((names, pts), parent, curvature=labels.curvature, spec=spec), share
 
 
-def open_runtime(settings) -> Runtime:
-    """Load the model (or labels) and open (or create) the index of ``settings``."""
+def open_runtime(settings, index=None) -> Runtime:
+    """Load the model (or labels) and open (or create) the index of ``settings``
+    (or serve ``index``, e.g. an :class:`indexing.sharded.ShardedIndex`)."""
     from models.checkpoint import CheckpointError
 
     model = None
@@ -437,7 +444,8 @@ def open_runtime(settings) -> Runtime:
             )
     except CheckpointError as e:
         raise StartupError(str(e)) from None
-    index = open_index(settings.index, dim=labels.dim, curvature=labels.curvature)
+    if index is None:
+        index = open_index(settings.index, dim=labels.dim, curvature=labels.curvature)
     try:
         return Runtime(
             index,

@@ -63,16 +63,37 @@ def _model_and_plan(args: argparse.Namespace, *, ball_only: bool):
     return model, plan, where
 
 
+def _connect(address: str):
+    """``ray`` connected to ``--ray ADDRESS``, or a :class:`CliError` (one line)."""
+    from service.ray_serve import RayUnavailable, connect
+
+    try:
+        return connect(address)
+    except RayUnavailable as e:
+        raise CliError(str(e)) from None
+
+
 def cmd_index_build(args: argparse.Namespace) -> int:
     from indexing import IndexInputError, IndexStoreError
     from indexing.build import build_index, open_index
+    from indexing.sharded import is_sharded
 
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise CliError(f"--out {out}: exists and is not a folder")
+    if args.shards is not None and args.ray is None:
+        raise CliError("--shards: needs --ray ADDRESS (the shards live in Ray actors)")
+    ray = _connect(args.ray) if args.ray is not None else None
     model, plan, where = _model_and_plan(args, ball_only=True)
     try:
-        index = open_index(out, dim=model.dim, curvature=model.curvature)
+        if ray is not None and (args.shards is not None or is_sharded(out)):
+            from indexing.sharded import ShardedIndex
+
+            index = ShardedIndex(
+                out, args.shards, dim=model.dim, curvature=model.curvature, ray=True
+            )
+        else:
+            index = open_index(out, dim=model.dim, curvature=model.curvature)
     except (IndexStoreError, IndexInputError) as e:
         raise CliError(f"--out {out}: {e}") from None
     if index.dim != model.dim or abs(index.curvature - model.curvature) > 1e-12:
@@ -83,15 +104,29 @@ def cmd_index_build(args: argparse.Namespace) -> int:
             f"curvature {model.curvature:g}"
         )
     try:
-        report = build_index(
-            model,
-            index,
-            plan,
-            batch_size=args.batch_size,
-            workers=args.workers,
-            progress=not args.quiet,
-            resume=True,
-        )
+        if ray is not None:
+            from indexing.ray_build import ray_build_index
+
+            report = ray_build_index(
+                args.model,
+                model,
+                index,
+                plan,
+                batch_size=args.batch_size,
+                workers=max(1, args.workers),
+                threads=args.threads,
+                progress=not args.quiet,
+            )
+        else:
+            report = build_index(
+                model,
+                index,
+                plan,
+                batch_size=args.batch_size,
+                workers=args.workers,
+                progress=not args.quiet,
+                resume=True,
+            )
         index.save()
         items = len(index)
     finally:
@@ -231,6 +266,15 @@ def add_commands(sub) -> None:
     b = command(ix, "build", cmd_index_build, _BUILD_HELP, _BUILD_DESCRIPTION)
     _source_arguments(b)
     b.add_argument("--out", required=True, help="index folder")
+    b.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="embed on the Ray cluster at ADDRESS (auto, HOST:PORT, or local); "
+        "--workers actors, one model each",
+    )
+    b.add_argument(
+        "--shards", type=positive_int, help="with --ray: a sharded index of N shards (Ray actors)"
+    )
     add_common(b)
     e = command(sub, "embed", cmd_embed, _EMBED_HELP, _EMBED_DESCRIPTION)
     _source_arguments(e)

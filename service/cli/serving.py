@@ -120,9 +120,62 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if settings.model is None and settings.labels is None:
         raise CliError("give --model MODEL (or --labels LABELS for a service without image search)")
     url = f"http://{_url_host(settings.host)}:{settings.port}"
+    if args.ray is not None or args.shards is not None or args.replicas is not None:
+        return _serve_on_ray(args, settings, url)
     return serve(
         settings, announce=f"hypsearch: serving on {url} (page {url}/, API docs {url}/docs)"
     )
+
+
+def _serve_on_ray(args: argparse.Namespace, settings, url: str) -> int:
+    """``serve --ray ADDRESS --shards N [--replicas R]`` (:mod:`service.ray_serve`)."""
+    from .index import _connect
+
+    if args.ray is None or args.shards is None:
+        raise CliError("--ray ADDRESS and --shards N go together (--replicas R is optional)")
+    if settings.index is None:
+        raise CliError("--index: a sharded service needs an index folder")
+    _check_port(settings.host, settings.port)
+    _connect(args.ray)
+    from indexing import IndexStoreError
+    from models.checkpoint import CheckpointError
+    from models.labels import LabelEmbedding
+    from service.ray_serve import serve_on_ray
+
+    try:
+        if settings.model is not None:
+            from models.image_model import load_model
+
+            labels = load_model(str(settings.model)).labels
+        else:
+            labels = LabelEmbedding.load(settings.labels)
+    except CheckpointError as e:
+        raise CliError(str(e)) from None
+    kw = {
+        k: v
+        for k, v in {
+            "model": args.model,
+            "labels": args.labels,
+            "index": str(settings.index),
+            "data_roots": args.data_roots,
+            "torch_threads": args.threads,
+            "log_level": args.log_level,
+        }.items()
+        if v is not None
+    }
+    try:
+        return serve_on_ray(
+            settings,
+            kw,
+            shards=args.shards,
+            replicas=args.replicas or 1,
+            dim=labels.dim,
+            curvature=float(labels.curvature),
+            announce=f"hypsearch: serving on {url} under Ray Serve ({args.replicas or 1} "
+            f"replicas, {args.shards} shards)",
+        )
+    except IndexStoreError as e:
+        raise CliError(f"--index {settings.index}: {e}") from None
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -169,6 +222,13 @@ def add_serve(sub) -> None:
     )
     sv.add_argument("--threads", type=positive_int, default=None, help="torch threads (default 1)")
     sv.add_argument("--log-level", default=None, help="DEBUG, INFO (default), WARNING, ERROR")
+    sv.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="serve on the Ray cluster at ADDRESS (auto, HOST:PORT, local)",
+    )
+    sv.add_argument("--shards", type=positive_int, help="with --ray: shards of the index")
+    sv.add_argument("--replicas", type=positive_int, help="with --ray: HTTP replicas (default 1)")
 
 
 def add_demo(sub) -> None:

@@ -1,0 +1,569 @@
+"""``ShardedIndex``: N shards, each a :class:`HyperbolicIndex` with its own store,
+answering exactly what one index over all their items answers.
+
+::
+
+    index = ShardedIndex(path, shards=4, dim=10, curvature=1.0, ray=True)
+    index.add(vectors, ids, labels=labels)       # routed by a hash of each id
+    ids, dists = index.search(queries, k=10)     # every shard's top k, merged
+
+Layout: ``path/shards.json`` (the number of shards, the space, the routing
+rule) and one folder ``path/shard-III-of-NNN/`` per shard, an ordinary index
+folder (``store.sqlite3``, manifest, snapshot): a shard can be opened alone
+with :meth:`HyperbolicIndex.load`.
+
+Routing: the shard of an id is ``blake2b(id, 8 bytes) mod N`` (:func:`shard_of`),
+the same in every process and every run (never Python's ``hash``). The number
+of shards is fixed when the index is created; opening it with another
+``shards`` is refused (:class:`IndexStoreError`).
+
+Exact merge: a nearest search asks every shard for its ``k`` nearest items
+(with the same filters) and keeps the ``k`` smallest exact distances;
+:meth:`search_hierarchical` asks every shard for its first ``offset + k`` hits
+in (level, distance) order and keeps ``[offset, offset + k)`` of the merged
+order. The global first ``offset + k`` are, shard by shard, among each shard's
+first ``offset + k``, so the merged answer is the single index's answer (the
+distances are the same float64 numbers: each is computed from the two points
+alone). Equal distances are ordered by id.
+
+Shards live either in this process (``ray=False``: plain indexes, for tests and
+one machine) or in named Ray actors (``ray=True``; :class:`ShardServer`), one
+actor per shard, named ``hypsearch-shard-<tag>-<i>`` in the Ray namespace
+``hypsearch`` (``tag``: a hash of the index folder), detached, restarted
+without limit (``max_restarts=-1``): a restarted actor reopens its shard's
+store, so every acknowledged write is there again. Any process of the cluster
+that opens the same folder finds the running actors by name (the Serve
+replicas do) instead of starting others; only the process that started them
+stops them (:meth:`close`).
+
+Faults: a call to a shard whose actor died is repeated until the actor is back
+(reads, upserts and deletes are idempotent), at most ``timeout`` seconds; past
+that it raises :class:`ShardUnavailableError` naming the shard -- a search never
+answers from some shards only. A write that timed out may still be applied when
+the shard comes back; repeating it is safe. Each shard's part of a batch is
+durable when :meth:`add` returns; a batch spread over several shards is not
+atomic across them when one fails past the timeout (the others keep their part).
+
+Placement (Ray): actors ask for ``num_cpus`` (default 0.25) and, when the
+cluster advertises a custom resource ``hypsearch_shard_<i>`` (``ray start
+--resources '{"hypsearch_shard_0": 1}'``), a small share of it, which pins shard
+``i`` to the nodes that have it. The shard's folder must be readable on that
+node (a shared file system, or the node's own disk when it is pinned).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from models.fileio import atomic_write_bytes
+
+from .cones import HierarchicalHit, LabelCones
+from .errors import IndexInputError, IndexStoreError
+from .geometry import PoincareIndexSpace, make_index_space
+from .hierarchical import chain_levels
+from .index import HyperbolicIndex, Item
+from .store import STORE_FILE
+from .validation import check_folder, check_ids, check_labels, check_payloads, check_pos_int
+
+__all__ = [
+    "SHARDS_FILE",
+    "ShardServer",
+    "ShardUnavailableError",
+    "ShardedIndex",
+    "is_sharded",
+    "shard_of",
+]
+
+log = logging.getLogger("indexing")
+
+SHARDS_FILE = "shards.json"
+NAMESPACE = "hypsearch"
+FORMAT = 1
+START_TIMEOUT = 180.0  # seconds to wait for the shards' actors to start
+
+
+class ShardUnavailableError(RuntimeError):
+    """A shard did not answer within the timeout (its actor is restarting or gone)."""
+
+
+def shard_of(item_id: str, n: int) -> int:
+    """The shard of ``item_id`` among ``n``: blake2b (8 bytes, big-endian) mod ``n``."""
+    h = hashlib.blake2b(item_id.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(h, "big") % n
+
+
+def is_sharded(path: str | os.PathLike) -> bool:
+    """Whether the folder holds a sharded index (``shards.json``)."""
+    return (Path(path) / SHARDS_FILE).is_file()
+
+
+def _shard_folder(root: Path, i: int, n: int) -> Path:
+    return root / f"shard-{i:03d}-of-{n:03d}"
+
+
+class ShardServer:
+    """One shard: a :class:`HyperbolicIndex` opened (or created) in ``folder``.
+
+    In Ray this is the actor class; a restart runs ``__init__`` again, which
+    reopens the store (snapshot + replay of later writes)."""
+
+    def __init__(self, folder: str, space: str, curvature: float, backend: str, params: dict):
+        self.folder = Path(folder)
+        if (self.folder / STORE_FILE).exists():
+            self.index = HyperbolicIndex.load(self.folder)
+        else:
+            self.index = HyperbolicIndex(
+                space=space, curvature=curvature, backend=backend, path=self.folder, **params
+            )
+        # the first search loads the distance code (seconds): do it before answering
+        warm = HyperbolicIndex(space=space, curvature=curvature, backend="exact")
+        pts = np.random.default_rng(0).uniform(-0.1, 0.1, size=(64, warm.dim)) / warm.dim
+        warm.add(pts, [f"w{i}" for i in range(64)])
+        warm.search(pts[:1], k=1)
+        warm.close()
+        self.started = time.time()
+
+    def call(self, method: str, *args, **kwargs):
+        return getattr(self.index, method)(*args, **kwargs)
+
+    def attr(self, name: str):
+        return getattr(self.index, name)
+
+    def info(self) -> dict:
+        return {"pid": os.getpid(), "started": self.started, "items": len(self.index)}
+
+    def item_labels(self) -> dict[str, str | None]:
+        out = {}
+        for item_id in self.index.ids():
+            item = self.index.get(item_id)
+            if item is not None:
+                out[item_id] = item.label
+        return out
+
+    def contains(self, ids: list[str]) -> list[bool]:
+        return [i in self.index for i in ids]
+
+    def stop(self) -> None:
+        self.index.save()
+        self.index.close()
+
+
+class _Descendants:
+    """``descendants_of`` as a table (picklable: it travels to the shards)."""
+
+    def __init__(self, table: dict[str, frozenset[str]]) -> None:
+        self.table = table
+
+    def __call__(self, label: str) -> frozenset[str]:
+        return self.table[label]
+
+
+class _LocalShards:
+    """Shards in this process."""
+
+    def __init__(self, servers: list[ShardServer]) -> None:
+        self.servers = servers
+
+    def run(self, calls: Sequence[tuple[int, str, tuple, dict]]) -> list:
+        return [getattr(self.servers[i], m)(*a, **kw) for i, m, a, kw in calls]
+
+    def stop(self) -> None:
+        for s in self.servers:
+            s.stop()
+
+
+class _RayShards:
+    """Shards in named Ray actors; calls repeated while an actor restarts."""
+
+    def __init__(self, names: list[str], make: Callable[[int], Any], timeout: float) -> None:
+        import ray
+
+        self.ray = ray
+        self.names = names
+        self.timeout = timeout
+        self.owned: list[bool] = []
+        self.actors = []
+        for i, name in enumerate(names):
+            try:
+                actor = ray.get_actor(name, namespace=NAMESPACE)
+                self.owned.append(False)
+            except ValueError:  # not running: start it
+                actor = make(i)
+                self.owned.append(True)
+            self.actors.append(actor)
+        # wait until all are up (a start takes longer than a call)
+        self.run([(i, "info", (), {}) for i in range(len(names))], max(timeout, START_TIMEOUT))
+
+    def run(self, calls: Sequence[tuple[int, str, tuple, dict]], timeout=None) -> list:
+        from ray.exceptions import GetTimeoutError, RayActorError
+
+        timeout = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        refs = [self._submit(c) for c in calls]
+        out = []
+        for c, ref in zip(calls, refs, strict=True):
+            while True:
+                left = deadline - time.monotonic()
+                try:
+                    out.append(self.ray.get(ref, timeout=max(left, 0.001)))
+                    break
+                except RayActorError:
+                    if time.monotonic() >= deadline:
+                        raise self._unavailable(c[0], timeout) from None
+                    time.sleep(0.05)
+                    ref = self._submit(c)  # the actor restarts: ask again
+                except GetTimeoutError:
+                    raise self._unavailable(c[0], timeout) from None
+        return out
+
+    def _submit(self, c):
+        i, method, args, kwargs = c
+        return getattr(self.actors[i], method).remote(*args, **kwargs)
+
+    def _unavailable(self, i: int, timeout: float) -> ShardUnavailableError:
+        return ShardUnavailableError(
+            f"shard {i} of {len(self.names)} ({self.names[i]}) did not answer within "
+            f"{timeout:g} s (its actor is restarting or its node is gone); try again"
+        )
+
+    def stop(self) -> None:
+        calls = [(i, "stop", (), {}) for i, own in enumerate(self.owned) if own]
+        try:
+            self.run(calls, max(self.timeout, START_TIMEOUT))
+        finally:
+            for i, own in enumerate(self.owned):
+                if own:
+                    self.ray.kill(self.actors[i], no_restart=True)
+
+
+def _shard_actor(name: str, i: int, args: tuple, num_cpus: float):
+    """Start the actor of shard ``i`` (pinned by ``hypsearch_shard_<i>`` when the
+    cluster has that resource)."""
+    import ray
+
+    opts: dict[str, Any] = {
+        "name": name,
+        "namespace": NAMESPACE,
+        "lifetime": "detached",
+        "get_if_exists": True,
+        "max_restarts": -1,
+        "max_task_retries": 0,
+        "max_concurrency": 8,
+        "num_cpus": num_cpus,
+    }
+    pin = f"hypsearch_shard_{i}"
+    if ray.cluster_resources().get(pin, 0) > 0:
+        opts["resources"] = {pin: 0.01}
+    return ray.remote(ShardServer).options(**opts).remote(*args)
+
+
+class ShardedIndex:
+    """N shards behind the API of :class:`HyperbolicIndex` (see the module docstring).
+
+    ``shards``: the number of shards of a new index (an existing one keeps its
+    own; a different number is refused). ``ray``: shards in Ray actors of the
+    cluster ``ray.init`` connected to (the caller connects), else in this
+    process. ``timeout``: how long a call waits for a restarting shard."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        shards: int | None = None,
+        *,
+        dim: int | None = None,
+        curvature: float = 1.0,
+        space: str | None = None,
+        backend: str = "auto",
+        ray: bool = False,
+        timeout: float = 60.0,
+        num_cpus: float = 0.25,
+        **backend_params: Any,
+    ) -> None:
+        root = check_folder(path)
+        meta = self._meta(root, shards, dim, curvature, space, backend)
+        self._root = root
+        self._n = int(meta["shards"])
+        self._curvature = float(meta["curvature"])
+        self._space = make_index_space(int(meta["dim"]), self._curvature, meta["space"])
+        args = [
+            (str(_shard_folder(root, i, self._n)), meta["space"], self._curvature, backend,
+             dict(backend_params))
+            for i in range(self._n)
+        ]  # fmt: skip
+        if ray:
+            tag = hashlib.blake2b(str(root.resolve()).encode(), digest_size=4).hexdigest()
+            names = [f"hypsearch-shard-{tag}-{i}" for i in range(self._n)]
+            self._shards = _RayShards(
+                names, lambda i: _shard_actor(names[i], i, args[i], num_cpus), timeout
+            )
+        else:
+            self._shards = _LocalShards([ShardServer(*a) for a in args])
+        self._ray = ray
+        self._closed = False
+
+    @staticmethod
+    def _meta(root: Path, shards, dim, curvature, space, backend) -> dict:
+        f = root / SHARDS_FILE
+        if f.exists():
+            try:
+                meta = json.loads(f.read_text())
+                int(meta["shards"]), int(meta["dim"]), float(meta["curvature"]), meta["space"]
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                raise IndexStoreError(f"{f}: not a sharded index description ({e})") from None
+            if meta.get("format") != FORMAT:
+                raise IndexStoreError(f"{f}: format {meta.get('format')!r}, expected {FORMAT}")
+            if shards is not None and int(shards) != int(meta["shards"]):
+                raise IndexStoreError(
+                    f"{root}: holds {meta['shards']} shards, not {shards} (the number of "
+                    "shards is fixed when the index is created)"
+                )
+            return meta
+        if (root / STORE_FILE).exists():
+            raise IndexStoreError(f"{root}: holds an unsharded index")
+        n = check_pos_int(2 if shards is None else shards, "shards")
+        sp = make_index_space(dim, curvature, space)
+        c = sp.c if isinstance(sp, PoincareIndexSpace) else float(curvature)
+        meta = {
+            "format": FORMAT,
+            "shards": n,
+            "route": "blake2b-8 mod shards",
+            "space": sp.spec,
+            "dim": sp.dim,
+            "curvature": c,
+            "backend": backend,
+        }
+        atomic_write_bytes(f, (json.dumps(meta, indent=1) + "\n").encode())
+        return meta
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, **kw: Any) -> ShardedIndex:
+        """Open the sharded index in ``path`` (``FileNotFoundError`` when there is none)."""
+        if not is_sharded(path):
+            raise FileNotFoundError(f"no sharded index at {Path(path) / SHARDS_FILE}")
+        return cls(path, **kw)
+
+    open = load
+
+    # -- properties ---------------------------------------------------------------
+    @property
+    def dim(self) -> int:
+        return self._space.dim
+
+    @property
+    def curvature(self) -> float:
+        return self._curvature
+
+    @property
+    def space(self) -> str:
+        return self._space.spec
+
+    @property
+    def path(self) -> Path:
+        return self._root
+
+    @property
+    def n_shards(self) -> int:
+        return self._n
+
+    @property
+    def backend(self) -> str:
+        names = self._all("attr", "backend")
+        return f"sharded({self._n}: {','.join(sorted(set(names)))})"
+
+    def __repr__(self) -> str:
+        where = "ray" if self._ray else "local"
+        return f"ShardedIndex(space={self.space!r}, shards={self._n} ({where}), path={self._root})"
+
+    # -- fan-out ------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("the index is closed")
+
+    def _run(self, calls) -> list:
+        self._check_open()
+        return self._shards.run(calls)
+
+    def _all(self, method: str, *args, **kwargs) -> list:
+        return self._run([(i, method, args, kwargs) for i in range(self._n)])
+
+    def _route(self, ids: Sequence[str]) -> dict[int, list[int]]:
+        """Shard -> positions of ``ids`` routed to it."""
+        out: dict[int, list[int]] = {}
+        for j, i in enumerate(ids):
+            out.setdefault(shard_of(i, self._n), []).append(j)
+        return out
+
+    def shard_info(self) -> list[dict]:
+        """Per shard: ``pid``, ``started`` (its process and start time) and ``items``."""
+        return self._all("info")
+
+    # -- writes ---------------------------------------------------------------------
+    def add(self, vectors, ids, labels=None, payloads=None) -> None:
+        """Upsert; the whole batch is checked before any shard is written."""
+        x = self._space.as_points(vectors, "vectors")
+        n = len(x)
+        ids = check_ids(ids, "ids", n)
+        labels = check_labels(labels, n)
+        pays = None if payloads is None else list(payloads)
+        check_payloads(pays, n)
+        calls = []
+        for s, pos in sorted(self._route(ids).items()):
+            part = (
+                x[pos],
+                [ids[j] for j in pos],
+                [labels[j] for j in pos],
+                None if pays is None else [pays[j] for j in pos],
+            )
+            calls.append((s, "call", ("add", *part), {}))
+        if calls:
+            self._run(calls)
+
+    def delete(self, ids: Iterable[str]) -> int:
+        ids = check_ids(ids, "ids")
+        calls = [
+            (s, "call", ("delete", [ids[j] for j in pos]), {})
+            for s, pos in sorted(self._route(ids).items())
+        ]
+        return int(sum(self._run(calls))) if calls else 0
+
+    def set_cones(self, cones: LabelCones | None) -> None:
+        self._all("call", "set_cones", cones)
+
+    @property
+    def cones(self) -> LabelCones | None:
+        return self._run([(0, "attr", ("cones",), {})])[0]
+
+    # -- reads ----------------------------------------------------------------------
+    def __len__(self) -> int:
+        return int(sum(self._all("call", "__len__")))
+
+    def __contains__(self, item_id: object) -> bool:
+        if not isinstance(item_id, str):
+            return False
+        return bool(
+            self._run([(shard_of(item_id, self._n), "call", ("__contains__", item_id), {})])[0]
+        )
+
+    def contains_many(self, ids: Sequence[str]) -> list[bool]:
+        """``[id in index for id in ids]`` with one call per shard."""
+        routed = sorted(self._route(ids).items())
+        got = self._run([(s, "contains", ([ids[j] for j in pos],), {}) for s, pos in routed])
+        out = [False] * len(ids)
+        for (_, pos), flags in zip(routed, got, strict=True):
+            for j, f in zip(pos, flags, strict=True):
+                out[j] = f
+        return out
+
+    def ids(self) -> list[str]:
+        """The live ids, shard by shard."""
+        return [i for part in self._all("call", "ids") for i in part]
+
+    def item_labels(self) -> dict[str, str | None]:
+        """Every live item's label, by id (one call per shard)."""
+        out: dict[str, str | None] = {}
+        for part in self._all("item_labels"):
+            out.update(part)
+        return out
+
+    def get(self, item_id: str) -> Item | None:
+        if not isinstance(item_id, str):
+            raise IndexInputError(f"id: expected str, got {type(item_id).__name__}")
+        return self._run([(shard_of(item_id, self._n), "call", ("get", item_id), {})])[0]
+
+    def search(self, queries, k: int = 10, **filters: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Every shard's ``k`` nearest (same filters, e.g. ``labels``, ``under``,
+        ``filter_ids``), merged by exact distance (then id)."""
+        q = self._space.as_points(queries, "queries", allow_1d=True)
+        k = check_pos_int(k, "k")
+        parts = self._all("call", "search", q, k, **filters)
+        ids = np.concatenate([p[0] for p in parts], axis=1)
+        dists = np.concatenate([p[1] for p in parts], axis=1)
+        width = min(k, ids.shape[1])
+        out_i = np.empty((len(q), width), dtype=ids.dtype)
+        out_d = np.empty((len(q), width), dtype=np.float64)
+        for r in range(len(q)):
+            order = np.lexsort((ids[r], dists[r]))[:width]
+            out_i[r], out_d[r] = ids[r][order], dists[r][order]
+        return out_i, out_d
+
+    def search_hierarchical(
+        self,
+        query,
+        chain: Sequence[str],
+        descendants_of: Callable[[str], Iterable[str]],
+        k: int = 10,
+        offset: int = 0,
+        **options: Any,
+    ) -> list[HierarchicalHit]:
+        """Every shard's first ``offset + k`` hits in (level, distance) order,
+        merged (then by id); ``[offset, offset + k)`` of that order."""
+        q = self._space.as_points(query, "query", allow_1d=True)
+        if len(q) != 1:
+            raise IndexInputError(f"query: expected one vector, got {len(q)}")
+        k = check_pos_int(k, "k")
+        offset = check_pos_int(offset, "offset", 0)
+        table: dict[str, frozenset[str]] = {}
+
+        def record(label: str):
+            if label not in table:
+                table[label] = frozenset(descendants_of(label))
+            return table[label]
+
+        chain, _ = chain_levels(chain, record)  # checks the chain (IndexInputError)
+        parts = self._all(
+            "call", "search_hierarchical", q, chain, _Descendants(table), offset + k, 0, **options
+        )
+        hits = [h for part in parts for h in part]
+        hits.sort(key=lambda h: (h.level, h.distance, h.id))
+        return hits[offset : offset + k]
+
+    # -- snapshots ------------------------------------------------------------------
+    def save(self, path: str | os.PathLike | None = None) -> Path:
+        """A snapshot of every shard in its folder (or, with ``path``, a copy of the
+        whole sharded index there)."""
+        if path is None:
+            self._all("call", "save")
+            return self._root
+        dest = check_folder(path)
+        dest.mkdir(parents=True, exist_ok=True)
+        self._run(
+            [
+                (i, "call", ("save", str(_shard_folder(dest, i, self._n))), {})
+                for i in range(self._n)
+            ]
+        )
+        atomic_write_bytes(dest / SHARDS_FILE, (self._root / SHARDS_FILE).read_bytes())
+        return dest
+
+    def stats(self) -> dict[str, Any]:
+        parts = self._all("call", "stats")
+        return {
+            "items": sum(p["items"] for p in parts),
+            "shards": parts,
+            "backend": self.backend,
+        }
+
+    def close(self) -> None:
+        """Snapshot and stop the shards this process started (Ray: the actors it
+        created; others keep serving)."""
+        if self._closed:
+            return
+        try:
+            self._shards.stop()
+        finally:
+            self._closed = True
+
+    def __enter__(self) -> ShardedIndex:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

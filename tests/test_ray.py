@@ -1,0 +1,323 @@
+"""Beyond one machine: the sharded index answers what one index answers; on a
+local Ray cluster (started once for the module, inside a loopback-only network
+namespace) the shards live in actors that restart with every acknowledged
+write, and the Ray Data build gives the local build's items and vectors.
+
+The Ray tests are marked ``ray`` (``pytest -m ray``); they skip when the
+``ray`` extra is not installed or when the process is not in a network
+namespace that has only ``lo`` (``make test`` makes one when run as root).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from indexing import HyperbolicIndex, IndexInputError, IndexStoreError
+from indexing.sharded import ShardedIndex, ShardUnavailableError, shard_of
+
+DIM = 6
+#: a small tree of labels: root -> a, b; a -> a1, a2; b -> b1, b2
+PARENT = {"root": None, "a": "root", "b": "root", "a1": "a", "a2": "a", "b1": "b", "b2": "b"}
+LEAVES = ["a1", "a2", "b1", "b2"]
+
+
+def descendants(label: str) -> set[str]:
+    out = set()
+    for n in PARENT:
+        p = PARENT[n]
+        while p is not None:
+            if p == label:
+                out.add(n)
+                break
+            p = PARENT[p]
+    return out
+
+
+def chain_of(label: str) -> list[str]:
+    out = [label]
+    while PARENT[out[-1]] is not None:
+        out.append(PARENT[out[-1]])
+    return out
+
+
+def items(n: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, DIM))
+    x *= (rng.uniform(0.05, 0.95, size=n) / np.linalg.norm(x, axis=1))[:, None]
+    ids = [f"item-{seed}-{i}" for i in range(n)]
+    labels = [LEAVES[i % len(LEAVES)] for i in range(n)]
+    payloads = [{"row": i} for i in range(n)]
+    return x, ids, labels, payloads
+
+
+def assert_same_answers(single, sharded, queries) -> None:
+    """Nearest (with and without the label and ``under`` filters, k beyond the
+    size) and hierarchical (each page of 13) answers are equal: ids and distances."""
+    n = len(single)
+    for k, filters in (
+        (1, {}),
+        (10, {}),
+        (n + 5, {}),
+        (8, {"labels": {"a1", "b2"}}),
+        (8, {"under": {"a2"}}),
+        (5, {"labels": {"a1"}, "under": {"a1", "a2"}}),
+    ):
+        ids1, d1 = single.search(queries, k=k, **filters)
+        ids2, d2 = sharded.search(queries, k=k, **filters)
+        assert ids1.shape == ids2.shape, (k, filters)
+        np.testing.assert_array_equal(ids1, ids2)
+        np.testing.assert_array_equal(d1, d2)
+    for qi, q in enumerate(queries[:2]):
+        chain = chain_of(LEAVES[qi % len(LEAVES)])
+        for by in ("holder", "label"):
+            whole = single.search_hierarchical(q, chain, descendants, k=n, by=by)
+            assert len(whole) == n
+            got = []
+            for offset in range(0, n + 13, 13):
+                page = sharded.search_hierarchical(
+                    q, chain, descendants, k=13, offset=offset, by=by
+                )
+                assert page == single.search_hierarchical(
+                    q, chain, descendants, k=13, offset=offset, by=by
+                )
+                got += page
+            assert got == whole
+        filt = {"labels": {"a2", "b1"}}
+        assert sharded.search_hierarchical(
+            q, chain, descendants, k=9, offset=2, **filt
+        ) == single.search_hierarchical(q, chain, descendants, k=9, offset=2, **filt)
+
+
+def fill(index, n: int, seed: int = 0) -> None:
+    x, ids, labels, payloads = items(n, seed)
+    for lo in range(0, n, 37):  # several batches
+        sl = slice(lo, lo + 37)
+        index.add(x[sl], ids[sl], labels=labels[sl], payloads=payloads[sl])
+
+
+# ---------------------------------------------------------------- without Ray
+
+
+def test_routing_is_a_stable_hash():
+    # blake2b of the id (8 bytes, big-endian) mod n: fixed across processes and runs
+    assert [shard_of(f"id-{i}", 4) for i in range(8)] == [shard_of(f"id-{i}", 4) for i in range(8)]
+    assert shard_of("fashion-mnist-test-0", 1) == 0
+    counts = np.bincount([shard_of(f"x{i}", 4) for i in range(4000)], minlength=4)
+    assert counts.min() > 850  # spread evenly
+
+
+@pytest.mark.parametrize("shards", [2, 4])
+def test_local_shards_answer_what_one_index_answers(tmp_path, shards):
+    single = HyperbolicIndex(dim=DIM, backend="exact")
+    sharded = ShardedIndex(tmp_path / "ix", shards=shards, dim=DIM, backend="exact")
+    fill(single, 150)
+    fill(sharded, 150)
+    gone = [f"item-0-{i}" for i in range(0, 150, 11)]
+    assert single.delete(gone) == sharded.delete(gone + ["nope"]) == len(gone)
+    assert len(sharded) == len(single) == 150 - len(gone)
+    assert sorted(sharded.ids()) == sorted(single.ids())
+    a, b = sharded.get("item-0-1"), single.get("item-0-1")
+    assert (a.id, a.label, a.payload, a.holder) == (b.id, b.label, b.payload, b.holder)
+    np.testing.assert_array_equal(a.vector, b.vector)
+    assert sharded.get("item-0-0") is None and "item-0-0" not in sharded
+    queries = items(12, seed=1)[0]
+    assert_same_answers(single, sharded, queries)
+    sharded.close()
+    again = ShardedIndex.load(tmp_path / "ix")  # snapshot + store per shard
+    assert_same_answers(single, again, queries)
+    with pytest.raises(IndexStoreError, match="holds 2 shards|holds 4 shards"):
+        ShardedIndex(tmp_path / "ix", shards=shards + 1)
+    again.close()
+
+
+def test_bad_input_writes_nothing_on_any_shard(tmp_path):
+    sharded = ShardedIndex(tmp_path / "ix", shards=3, dim=DIM)
+    x, ids, labels, _ = items(20)
+    x[13] *= 2 / np.linalg.norm(x[13])  # outside the ball
+    with pytest.raises(IndexInputError, match=r"^vectors\[13\]"):
+        sharded.add(x, ids, labels=labels)
+    with pytest.raises(IndexInputError, match=r"^ids\[1\]: duplicate"):
+        sharded.add(x[:2] * 0, ["same", "same"])
+    assert len(sharded) == 0
+    sharded.close()
+
+
+# ---------------------------------------------------------------- on a local Ray cluster
+
+
+def _loopback_only() -> bool:
+    return [name for _, name in socket.if_nameindex()] == ["lo"]
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(tmp_path_factory):
+    """One local Ray cluster for the module: 2 CPUs, a 200 MB object store, no dashboard."""
+    ray = pytest.importorskip(
+        "ray", reason="the ray extra is not installed: pip install -e '.[ray]'"
+    )
+    if not _loopback_only():
+        pytest.skip(
+            "Ray binds the machine's network interface: its tests run only inside a network "
+            "namespace with just lo (make test makes one when run as root)"
+        )
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    temp = f"/tmp/hsray-{os.getpid()}"  # short: Ray's socket paths have a length limit
+    ray.init(
+        num_cpus=2,
+        object_store_memory=200 * 2**20,
+        include_dashboard=False,
+        log_to_driver=False,
+        namespace="hypsearch",
+        _temp_dir=temp,
+    )
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+ray_mark = pytest.mark.ray
+
+
+@ray_mark
+def test_ray_shards_answer_what_one_index_answers(tmp_path, ray_cluster):
+    single = HyperbolicIndex(dim=DIM, backend="exact")
+    sharded = ShardedIndex(tmp_path / "ix", shards=2, dim=DIM, backend="exact", ray=True)
+    try:
+        fill(single, 200)
+        fill(sharded, 200)
+        assert len(sharded) == 200 and "item-0-5" in sharded
+        assert sharded.contains_many(["item-0-5", "nope"]) == [True, False]
+        assert_same_answers(single, sharded, items(6, seed=2)[0])
+        # another process of the cluster opening the folder finds the same actors
+        other = ShardedIndex(tmp_path / "ix", ray=True)
+        assert [s["pid"] for s in other.shard_info()] == [s["pid"] for s in sharded.shard_info()]
+        other.close()  # not the owner: the shards keep serving
+        assert len(sharded) == 200
+    finally:
+        sharded.close()
+    assert not any(ray_cluster.util.list_named_actors(all_namespaces=True)) or all(
+        "hypsearch-shard" not in str(a) for a in ray_cluster.util.list_named_actors(True)
+    )
+
+
+@ray_mark
+def test_killed_shard_restarts_with_every_acknowledged_write(tmp_path, ray_cluster):
+    sharded = ShardedIndex(tmp_path / "ix", shards=2, dim=DIM, ray=True, timeout=60)
+    x, ids, labels, _ = items(400, seed=3)
+    acked: list[str] = []
+    errors: list[Exception] = []
+
+    def writer():
+        for lo in range(0, 400, 10):
+            try:
+                sharded.add(x[lo : lo + 10], ids[lo : lo + 10], labels=labels[lo : lo + 10])
+                acked.extend(ids[lo : lo + 10])
+            except Exception as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+    try:
+        before = sharded.shard_info()
+        t = threading.Thread(target=writer)
+        t.start()
+        while len(acked) < 100:
+            time.sleep(0.01)
+        victim = sharded._shards.actors[0]
+        ray_cluster.kill(victim, no_restart=False)  # during the writes
+        t.join(120)
+        assert not t.is_alive() and not errors, errors
+        after = sharded.shard_info()  # waits for the restarted actor
+        assert after[0]["pid"] != before[0]["pid"]  # a new process...
+        assert after[1]["pid"] == before[1]["pid"]
+        assert set(sharded.ids()) == set(acked) == set(ids)  # ...with every write
+        ray_cluster.kill(victim, no_restart=False)  # after the writes
+        got, _ = sharded.search(x[:1], k=1)  # waits for the restart, then answers
+        assert got[0, 0] == ids[0]
+        assert len(sharded) == 400
+        assert sharded.get(ids[7]).label == labels[7]
+    finally:
+        sharded.close()
+
+
+@ray_mark
+def test_a_shard_that_stays_down_fails_the_query_clearly(tmp_path, ray_cluster):
+    sharded = ShardedIndex(tmp_path / "ix", shards=2, dim=DIM, ray=True, timeout=2)
+    try:
+        fill(sharded, 20)
+        assert sharded.search(items(1, seed=4)[0], k=3)[0].shape == (1, 3)
+        ray_cluster.kill(sharded._shards.actors[1], no_restart=True)
+        with pytest.raises(ShardUnavailableError, match=r"^shard 1 of 2 .* did not answer"):
+            sharded.search(items(1, seed=4)[0], k=3)
+    finally:
+        sharded._shards.owned[1] = False  # gone already
+        sharded.close()
+
+
+@ray_mark
+def test_ray_build_gives_the_local_build_item_for_item(tmp_path, tmp_path_factory, ray_cluster):
+    import torch
+
+    from indexing.build import build_index, open_index, plan_dataset
+    from indexing.ray_build import ray_build_index
+    from tests.test_service_support import FMNIST, artifacts, needs_data
+
+    if needs_data.args[0]:
+        pytest.skip(needs_data.kwargs["reason"])
+    torch.set_num_threads(1)
+    art = artifacts(tmp_path_factory)
+    model = art.model
+    plan = plan_dataset("fashion-mnist", "test", FMNIST)
+    plan.sources = plan.sources[:300]
+    local = open_index(tmp_path / "local", dim=model.dim, curvature=model.curvature)
+    build_index(model, local, plan, batch_size=64, workers=0)
+    sharded = ShardedIndex(
+        tmp_path / "sharded", shards=2, dim=model.dim, curvature=model.curvature, ray=True
+    )
+    try:
+        half = plan_dataset("fashion-mnist", "test", FMNIST)
+        half.sources = plan.sources[:100]  # a build cut short, then resumed
+        r1 = ray_build_index(str(art.model_path), model, sharded, half, batch_size=64, workers=1)
+        r2 = ray_build_index(str(art.model_path), model, sharded, plan, batch_size=64, workers=1)
+        assert (r1.indexed, r2.indexed, r2.skipped["already indexed"]) == (100, 200, 100)
+        assert sorted(sharded.ids()) == sorted(local.ids())
+        for item_id in local.ids()[::7]:
+            a, b = local.get(item_id), sharded.get(item_id)
+            assert (a.label, a.payload, a.holder) == (b.label, b.payload, b.holder)
+            np.testing.assert_array_equal(a.vector, b.vector)
+        q = local.get(local.ids()[3]).vector
+        np.testing.assert_array_equal(local.search(q, k=20)[0], sharded.search(q, k=20)[0])
+    finally:
+        sharded.close()
+        local.close()
+
+
+def test_ray_flags_refuse_bad_input_in_one_line(tmp_path, capsys, monkeypatch):
+    import sys
+
+    from service.cli import main
+
+    model = tmp_path / "model.safetensors"
+    model.write_bytes(b"")  # never read: the flags are checked first
+    build = ["index", "build", "--model", str(model), "--dataset", "fashion-mnist"]
+    cases = [
+        (
+            build + ["--out", str(tmp_path / "a"), "--ray", "127.0.0.1:1"],
+            "--ray 127.0.0.1:1: no Ray",
+        ),
+        (build + ["--out", str(tmp_path / "a"), "--ray", "nowhere"], "--ray nowhere: expected"),
+        (build + ["--out", str(tmp_path / "a"), "--shards", "2"], "--shards: needs --ray"),
+        (["serve", "--model", str(model), "--shards", "2"], "--ray ADDRESS and --shards N"),
+    ]
+    for argv, message in cases:
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and "\n" not in err, err
+    monkeypatch.setitem(sys.modules, "ray", None)  # the extra is not installed
+    assert main(build + ["--out", str(tmp_path / "a"), "--ray", "auto"]) == 2
+    assert "pip install -e '.[ray]'" in capsys.readouterr().err
