@@ -140,6 +140,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         "val_acc": m.get("val_acc", m.get("val_r1")),
         "train_seconds": m.get("train_seconds"),
     }
+    if "features" in m:  # a pretrained backbone: its cached outputs (file, reused or computed)
+        result["features"] = m["features"]
 
     def human(r: dict) -> str:
         val = r["val_acc"] if r["val_acc"] is not None else float("nan")
