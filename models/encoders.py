@@ -154,7 +154,11 @@ class LiteEncoder(nn.Module):
     first trainable block through the trainable blocks and the head.
     """
 
-    embed_batch = 16  # images per forward pass at inference (benchmarks/photos.py)
+    @property
+    def embed_batch(self) -> int:
+        """Images per forward pass at inference, by measurement on 2 shared cores (README):
+        32 at Fashion-MNIST's 64 px, 8 at the photos' 224 px."""
+        return 32 if self.config.input_size <= 96 else 8
 
     def __init__(self, cfg: EncoderConfig):
         super().__init__()
