@@ -57,6 +57,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -523,8 +524,9 @@ def _train(cfg, labels, progress, checkpoint_path, resume, data, max_seconds) ->
             max_iters = planned * iters_per_epoch
             if bar is not None:
                 bar.total = max_iters
-                bar.write(
-                    f"time budget {cfg.time_budget:.0f} s: {planned} of {cfg.epochs} epochs fit"
+                bar.write(  # stderr: stdout is --json's
+                    f"time budget {cfg.time_budget:.0f} s: {planned} of {cfg.epochs} epochs fit",
+                    file=sys.stderr,
                 )
     if bar is not None:
         bar.close()
