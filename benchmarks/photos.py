@@ -18,6 +18,20 @@ and resize to 224 px included), for each torch thread count and batch size.
 
 Prints markdown tables; ``--write-readme`` puts them into README.md between
 ``<!-- photos-bench:start -->`` and ``<!-- photos-bench:end -->``.
+
+``--fashion-mnist``: instead, a hyperbolic head on the pretrained backbone, with
+the real commands (times are what a user sees; LABELS as in
+``benchmarks/train.py``: ``$HYPSEARCH_HOME/labels.safetensors``, the default
+taxonomy's cap construction when missing)::
+
+    hypsearch train --dataset fashion-mnist --labels LABELS --out MODEL \
+        --backbone pretrained:efficientnet-lite0 --input-size 64 --unfreeze 1 --limit N
+    hypsearch eval --model MODEL --dataset fashion-mnist --split test --json
+
+    python benchmarks/photos.py --fashion-mnist [--input-size 64] [--unfreeze 1]
+        [--limit 20000] [--threads 1] [--write-readme]
+
+into the block ``<!-- photos-fmnist:start -->`` ... ``<!-- photos-fmnist:end -->``.
 """
 
 from __future__ import annotations
@@ -35,7 +49,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import cpu_model, report  # noqa: E402
+from _common import ROOT, cpu_model, report  # noqa: E402
 
 from models.image_model import load_model  # noqa: E402
 from models.imaging import decode  # noqa: E402
@@ -151,13 +165,73 @@ def table(rows, detail, speed, when: str, model) -> str:
     return "\n".join(out)
 
 
+FM_START, FM_END = "<!-- photos-fmnist:start -->", "<!-- photos-fmnist:end -->"
+
+
+def fashion_mnist_head(args) -> str:
+    """Train the head on the backbone (``hypsearch train``), evaluate it (``hypsearch
+    eval``); a markdown table of the metrics of ``benchmarks/train.py``."""
+    from train import ROWS, _at, _f, _hypsearch, _labels, _run
+
+    home = Path(os.environ.get("HYPSEARCH_HOME", ROOT / "var"))
+    env = {**os.environ, "HYPSEARCH_HOME": str(home), "PYTHONPATH": str(ROOT)}
+    labels = _labels(home / "labels.safetensors", env)
+    out = home / "bench" / "fmnist-pretrained.safetensors"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    t = str(args.threads[0])
+    cmd = [*_hypsearch(), "train", "--dataset", "fashion-mnist", "--labels", str(labels)]
+    cmd += ["--out", str(out), "--backbone", "pretrained:efficientnet-lite0", "--threads", t]
+    cmd += ["--input-size", str(args.input_size), "--unfreeze", str(args.unfreeze)]
+    cmd += ["--restart", "--json"] + (["--limit", str(args.limit)] if args.limit else [])
+    train_wall = None
+    if not (args.reuse and out.exists()):
+        _, train_wall = _run(cmd, env)
+    tr = load_model(out)  # what the run recorded: its metrics, feature cache, version
+    m = tr.metrics
+    cmd = [*_hypsearch(), "eval", "--model", str(out), "--dataset", "fashion-mnist"]
+    ev, eval_wall = _run(cmd + ["--split", "test", "--threads", t, "--json"], env)
+    feats = m.get("features") or {}
+    when = dt.datetime.now().strftime("%Y-%m-%d %H:%M")
+    load = " / ".join(f"{v:.1f}" for v in os.getloadavg())
+    lines = [
+        f"Measured {when} on {cpu_model()} ({os.cpu_count()} cores, shared with other jobs; "
+        f"load average at the end {load}), torch threads {t}: `python benchmarks/photos.py "
+        f"--fashion-mnist --input-size {args.input_size} --unfreeze {args.unfreeze} --limit "
+        f"{args.limit} --threads {t}`; model `{tr.version[:12]}`.",
+        "",
+        f"Training: {m['train_images']} training images (a stratified subset of the 60,000; "
+        f"{feats.get('images')} with the validation split) at {args.input_size} px, "
+        f"features {'reused from the cache' if feats.get('reused') else 'extracted'} "
+        f"({_f(feats.get('images_per_second'), 1)} images/s, {_f(feats.get('seconds'), 0)} s), "
+        f"{m['epochs']} of {m['epochs_requested']} epochs in the time budget; training "
+        f"{m['train_seconds']:.0f} s (extraction included)"
+        + (f", `hypsearch train` {train_wall:.0f} s wall" if train_wall else "")
+        + f"; `hypsearch eval` on the 10,000 test images {eval_wall:.0f} s.",
+        "",
+        "| metric | pretrained backbone + hyperbolic head |",
+        "| --- | --- |",
+    ]
+    lines += [f"| {name} | {_f(_at(ev, key))} |" for name, key, _ in ROWS]
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--fashion-mnist", action="store_true", help="the head on Fashion-MNIST")
+    ap.add_argument("--input-size", type=int, default=64, help="--fashion-mnist: pixels")
+    ap.add_argument("--unfreeze", type=int, default=1, help="--fashion-mnist: trained blocks")
+    ap.add_argument("--limit", type=int, default=20000, help="--fashion-mnist: training images")
+    ap.add_argument(
+        "--reuse", action="store_true", help="--fashion-mnist: evaluate the model already trained"
+    )
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 16, 32])
     ap.add_argument("--images", type=int, default=64, help="images per throughput run")
     ap.add_argument("--write-readme", action="store_true")
     args = ap.parse_args()
+    if args.fashion_mnist:
+        report(fashion_mnist_head(args), FM_START, FM_END, args.write_readme)
+        return
     torch.set_num_threads(max(args.threads))
     t0 = time.perf_counter()
     model = load_model("pretrained:efficientnet-lite0")

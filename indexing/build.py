@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from models.data import DataError, Listing, list_folder, list_manifest, map_class
+from models.data import DataError, Listing, list_folder, list_manifest, list_photos, map_class
 from models.imaging import DEFAULT_MAX_PIXELS, ImageDecodeError, decode
 
 __all__ = [
@@ -58,6 +58,7 @@ __all__ = [
     "plan_folder",
     "plan_manifest",
     "plan_path",
+    "plan_photos",
     "read_picture",
     "embed_plan",
     "build_index",
@@ -245,6 +246,15 @@ def plan_manifest(
     path: str | os.PathLike, *, taxonomy=None, class_map: dict[str, str] | None = None, roots=None
 ) -> Plan:
     return _listed(list_manifest, path, taxonomy, class_map, roots, manifest=True)
+
+
+def plan_photos(folder: str | os.PathLike) -> Plan:
+    """Every picture under ``folder``, unlabelled (:func:`models.data.list_photos`): each
+    gets the model's nearest label."""
+    try:
+        return _plan(list_photos(folder), None, None, manifest=False)
+    except DataError as e:
+        raise BuildInputError(str(e)) from None
 
 
 def plan_path(path: str | os.PathLike, *, taxonomy=None, class_map=None, roots=None) -> Plan:

@@ -46,7 +46,8 @@ def _digest(tensors: Mapping[str, torch.Tensor], meta_json: str) -> str:
         h.update(name.encode())
         h.update(str(t.dtype).encode())
         h.update(str(tuple(t.shape)).encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        # reshape(-1): a channels-last 1x1 kernel counts as contiguous with stride(-1) != 1
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     h.update(meta_json.encode())
     return h.hexdigest()
 

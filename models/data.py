@@ -191,6 +191,38 @@ def _real_roots(roots) -> list[Path] | None:
     return None if roots is None else [Path(os.path.realpath(r)) for r in roots]
 
 
+def _image_files(folder: Path) -> list[Path]:
+    """The image files under ``folder`` (by suffix), sorted; hidden names are left out,
+    symlinked folders are not followed."""
+    files = []
+    for dirpath, dirnames, filenames in os.walk(folder):
+        dirnames[:] = [n for n in dirnames if not n.startswith(".")]
+        files += [
+            Path(dirpath) / n
+            for n in filenames
+            if Path(n).suffix.lower() in IMAGE_SUFFIXES and not n.startswith(".")
+        ]
+    return sorted(files)
+
+
+def list_photos(folder: str | os.PathLike) -> Listing:
+    """Every image file under ``folder``, unlabelled (ids: paths relative to it): a
+    folder of photos for a model that places pictures without classes
+    (``hypsearch demo --photos``)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise DataError(f"{folder}: no such folder")
+    try:
+        files = _image_files(folder)
+    except OSError as e:
+        raise DataError(f"{folder}: cannot list ({e.strerror})") from None
+    out = Listing(str(folder), [])
+    for f in files:
+        rel = f.relative_to(folder).as_posix()
+        out.entries.append(Listed(rel, "", os.path.realpath(f), str(f.parent)))
+    return out
+
+
 def list_folder(folder: str | os.PathLike, roots=None) -> Listing:
     """The image files of ``DIR/<class name>/...`` (ids: paths relative to ``DIR``).
 
@@ -216,15 +248,7 @@ def list_folder(folder: str | os.PathLike, roots=None) -> Listing:
             out.problems.append((rel_d + "/", "outside the data roots", None))
             continue
         out.classes.append(d.name)
-        files = []
-        for dirpath, dirnames, filenames in os.walk(d):  # symlinked folders are not followed
-            dirnames[:] = [n for n in dirnames if not n.startswith(".")]
-            files += [
-                Path(dirpath) / n
-                for n in filenames
-                if Path(n).suffix.lower() in IMAGE_SUFFIXES and not n.startswith(".")
-            ]
-        for f in sorted(files):
+        for f in _image_files(d):
             rel = f.relative_to(folder).as_posix()
             real = Path(os.path.realpath(f))
             if not _inside(real, roots):

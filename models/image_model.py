@@ -32,7 +32,7 @@ from .encoders import EncoderConfig, build_encoder
 from .heads import HeadConfig, Space, build_head, make_space
 from .labels import LabelEmbedding
 
-__all__ = ["ImageModel", "KIND", "load_model"]
+__all__ = ["ImageModel", "KIND", "load_model", "preprocess_from_dict"]
 
 KIND = "model"
 
@@ -128,12 +128,18 @@ class ImageModel:
         return self.space.from_ball(emb)
 
     # ---------------------------------------------------------------- inference
+    @property
+    def batch_size(self) -> int:
+        """Images per forward pass at inference: 512 for the small encoders, the
+        measured best of a pretrained backbone (``embed_batch``)."""
+        return int(getattr(self.encoder, "embed_batch", 512))
+
     @torch.no_grad()
-    def features(self, images, batch_size: int = 512) -> torch.Tensor:
+    def features(self, images, batch_size: int | None = None) -> torch.Tensor:
         """Encoder features (n, F) float32 of images in any format :class:`Preprocess` takes."""
         self.encoder.eval()
         out = []
-        for chunk in _chunks(images, batch_size):
+        for chunk in _chunks(images, batch_size or self.batch_size):
             x = self.preprocess(chunk).contiguous(memory_format=torch.channels_last)
             out.append(self.encoder(x).float())
         if not out:
@@ -141,7 +147,7 @@ class ImageModel:
         return torch.cat(out)
 
     @torch.no_grad()
-    def embed(self, images, batch_size: int = 512) -> torch.Tensor:
+    def embed(self, images, batch_size: int | None = None) -> torch.Tensor:
         """Images -> float64 (n, D) embeddings (points of the ball for a poincare model).
 
         ``images``: uint8 arrays (n, h, w) or (n, h, w, 3|4) of any size, a list
@@ -153,7 +159,7 @@ class ImageModel:
         self.head.eval()
         place = self.placement
         out = []
-        for chunk in _chunks(images, batch_size):
+        for chunk in _chunks(images, batch_size or self.batch_size):
             x = self.preprocess(chunk).contiguous(memory_format=torch.channels_last)
             z = self.head(self.encoder(x))
             out.append(z if place is None else place(z))
@@ -213,7 +219,7 @@ class ImageModel:
         try:
             enc_cfg = EncoderConfig(**meta["encoder"])
             head_cfg = HeadConfig(**meta["head"])
-            pre = Preprocess.from_dict(meta["preprocess"])
+            pre = preprocess_from_dict(meta["preprocess"])
             classes = [tuple(c) for c in meta["classes"]]
             lmeta = meta["labels"]
         except (KeyError, TypeError, ValueError) as e:
@@ -266,6 +272,16 @@ class ImageModel:
             f"c={self.curvature:g}, "
             f"{len(self.classes)} classes, holdout={self.holdout}, version={self.version[:12]})"
         )
+
+
+def preprocess_from_dict(d: dict):
+    """The stored preprocessing of a checkpoint: :class:`~models.data.Preprocess`, or the
+    centre crop of a pretrained backbone (:class:`~models.backbones.CropPreprocess`)."""
+    from .backbones import CropPreprocess
+
+    if d.get("kind") == "center-crop":
+        return CropPreprocess.from_dict(d)
+    return Preprocess.from_dict(d)
 
 
 def load_model(spec: str | os.PathLike, **kwargs):

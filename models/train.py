@@ -57,6 +57,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,6 +69,7 @@ from torch import nn
 
 from .data import Augment, ImageSet, normalize
 from .encoders import EncoderConfig, build_encoder, load_backbone
+from .features import pretrained_encoder
 from .geometry import poincare
 from .heads import HeadConfig, Space, build_head, make_space
 from .image_model import ImageModel
@@ -222,17 +224,21 @@ def build_model(cfg: TrainConfig, labels: LabelEmbedding, prep: Prepared) -> Mod
                 clip_r += cfg.cone_reach * math.sqrt(c) / 2  # beyond the label points
         else:
             clip_r = 2.3  # Hyp-ViT
-    enc_cfg = EncoderConfig(
-        name=cfg.encoder,
-        in_channels=prep.preprocess.channels,
-        input_size=prep.preprocess.size,
-        widths=list(cfg.widths),
-        depth=cfg.depth,
-        pool_first=cfg.pool_first,
-        dropout=cfg.dropout,
-    )
-    encoder = build_encoder(enc_cfg)
-    if cfg.backbone:
+    if prep.features:  # a pretrained backbone, frozen but for its last cfg.unfreeze blocks
+        encoder = pretrained_encoder(cfg.backbone, prep.preprocess.size, cfg.unfreeze)
+        enc_cfg = encoder.config
+    else:
+        enc_cfg = EncoderConfig(
+            name=cfg.encoder,
+            in_channels=prep.preprocess.channels,
+            input_size=prep.preprocess.size,
+            widths=list(cfg.widths),
+            depth=cfg.depth,
+            pool_first=cfg.pool_first,
+            dropout=cfg.dropout,
+        )
+        encoder = build_encoder(enc_cfg)
+    if cfg.backbone and not prep.features:
         try:
             load_backbone(encoder, cfg.backbone)
         except ValueError as e:
@@ -289,16 +295,15 @@ def _autocast(enabled: bool):
 @torch.no_grad()
 def validate(model: Model, prep: Prepared, amp: bool, batch_size: int = 1024) -> dict:
     """Loss-free metrics of the validation split: nearest-prototype accuracy (or Recall@1)."""
-    pixels, targets, pre = prep.val_pixels, prep.val_targets, prep.preprocess
+    pixels, targets = prep.val_pixels, prep.val_targets
     if len(pixels) == 0:
         return {}
     model.train(False)
     zs = []
     for s in range(0, len(pixels), batch_size):
-        x = normalize(pixels[s : s + batch_size].to(torch.float32) / 255, pre.mean, pre.std)
-        x = x.contiguous(memory_format=torch.channels_last)
+        x = _inputs(prep, pixels[s : s + batch_size])
         with _autocast(amp):
-            f = model.encoder(x)
+            f = _encode(model.encoder, prep, x)
         zs.append(model.head(f.float()))
     z = torch.cat(zs)
     out = {}
@@ -317,6 +322,24 @@ def validate(model: Model, prep: Prepared, amp: bool, batch_size: int = 1024) ->
 
 
 # ---------------------------------------------------------------- one epoch
+
+
+def _inputs(prep: Prepared, rows: torch.Tensor, augment=None, views: int = 1, gen=None):
+    """Stored rows -> the encoder's input: uint8 pixels as ``views`` augmented views,
+    normalised, channels last; a pretrained backbone's cached outputs as they are."""
+    if prep.features:
+        x = rows.to(torch.float32)
+    else:
+        pre = prep.preprocess
+        pixels = rows.to(torch.float32) / 255  # (B, C, S, S)
+        vs = [augment(pixels, gen) for _ in range(views)] if augment is not None else [pixels]
+        x = torch.cat([normalize(v, pre.mean, pre.std) for v in vs])
+    return x.contiguous(memory_format=torch.channels_last) if x.dim() == 4 else x
+
+
+def _encode(encoder: nn.Module, prep: Prepared, x: torch.Tensor) -> torch.Tensor:
+    """Encoder features (n, F) of :func:`_inputs`."""
+    return encoder.from_cached(x) if prep.features else encoder(x)
 
 
 @dataclass
@@ -348,7 +371,6 @@ def train_epoch(
     Returns the epoch's mean loss, the iteration reached and, when the epoch
     holds the run's first iteration, that batch's loss (else None).
     """
-    pre = prep.preprocess
     gen = torch.Generator().manual_seed(cfg.seed * 100_003 + epoch)
     order = torch.randperm(len(prep.train_pixels), generator=gen)
     bs = step.batch_size
@@ -358,13 +380,10 @@ def train_epoch(
         for group in step.opt.param_groups:
             group["lr"] = lr
         idx = order[b * bs : (b + 1) * bs]
-        pixels = prep.train_pixels[idx].to(torch.float32) / 255  # (B, C, S, S)
         y = prep.train_targets[idx]
-        views = [step.augment(pixels, gen) for _ in range(step.views)]
-        x = torch.cat([normalize(v, pre.mean, pre.std) for v in views])
-        x = x.contiguous(memory_format=torch.channels_last)
+        x = _inputs(prep, prep.train_pixels[idx], step.augment, step.views, gen)
         with _autocast(step.amp):
-            feats = model.encoder(x)  # (V*B, F)
+            feats = _encode(model.encoder, prep, x)  # (V*B, F)
         z = model.head(feats.float())  # (V*B, D) float64
         loss = step.criterion(z, y)
         if model.aux is not None:
@@ -427,7 +446,7 @@ def _progress_bar(total: int, initial: int):
 
 def _train(cfg, labels, progress, checkpoint_path, resume, data, max_seconds) -> ImageModel:
     t0 = time.perf_counter()
-    prep = prepare_data(cfg, labels, data)
+    prep = prepare_data(cfg, labels, data, progress=progress)
     model = build_model(cfg, labels, prep)
     opt, params = build_optimizer(cfg, model)
     objective = cfg.objective
@@ -512,8 +531,9 @@ def _train(cfg, labels, progress, checkpoint_path, resume, data, max_seconds) ->
             max_iters = planned * iters_per_epoch
             if bar is not None:
                 bar.total = max_iters
-                bar.write(
-                    f"time budget {cfg.time_budget:.0f} s: {planned} of {cfg.epochs} epochs fit"
+                bar.write(  # stderr: stdout is --json's
+                    f"time budget {cfg.time_budget:.0f} s: {planned} of {cfg.epochs} epochs fit",
+                    file=sys.stderr,
                 )
     if bar is not None:
         bar.close()
@@ -531,6 +551,8 @@ def _train(cfg, labels, progress, checkpoint_path, resume, data, max_seconds) ->
         "history": history,
         "first_loss": first_loss,  # loss of the first batch (None for a resumed run)
     }
+    if prep.feature_cache is not None:
+        metrics["features"] = prep.feature_cache  # the pretrained backbone's cached outputs
     if history:
         metrics["loss"] = history[-1]["loss"]
         metrics |= {k: v for k, v in history[-1].items() if k.startswith("val_")}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from . import losses
+from . import features, losses
 from .data import DEFAULT_FASHION_MNIST_DIR
 
 __all__ = ["TrainConfig", "TrainError"]
@@ -34,7 +34,9 @@ class TrainConfig:
     depth: int = 1  # conv4: 3x3 convolutions per block
     pool_first: bool = True  # conv4: conv -> pool -> BN -> ReLU (False: the original order)
     dropout: float = 0.0  # on the encoder's pooled features
-    backbone: str | None = None  # a user's pretrained backbone state dict (local file)
+    backbone: str | None = None  # a user's pretrained backbone state dict (local file), or
+    # pretrained:efficientnet-lite0 (models.features: frozen, its outputs cached on disk)
+    unfreeze: int = 0  # with a pretrained:NAME backbone: train its last N blocks too
     geometry: str = "poincare"  # "euclidean": the Euclidean twin
     dim: int | None = None  # None: the label embedding's dimension
     clip_r: float | None = None  # None: reach the farthest class prototype (radius / 2 + 0.5)
@@ -103,3 +105,15 @@ class TrainConfig:
         for name in ("lr", "tau", "margin"):
             if not getattr(self, name) > 0:
                 raise TrainError(f"{name} must be positive")
+        if features.is_pretrained_backbone(self.backbone):
+            try:
+                features.check_backbone(self.backbone)
+            except features.FeatureError as e:
+                raise TrainError(str(e)) from None
+            if self.objective.two_views or self.augment != "none":
+                raise TrainError(
+                    f"--backbone {self.backbone}: trains on cached features, which cannot "
+                    f"be augmented (loss {self.loss!r}, augment {self.augment!r})"
+                )
+        elif self.unfreeze:
+            raise TrainError("--unfreeze needs --backbone pretrained:NAME")

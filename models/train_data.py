@@ -14,6 +14,12 @@ import numpy as np
 import torch
 
 from .data import ImageSet, Preprocess, load_dataset, split_indices
+from .features import (
+    FeatureError,
+    backbone_inputs,
+    backbone_preprocess,
+    is_pretrained_backbone,
+)
 from .labels import LabelEmbedding
 from .train_config import TrainConfig, TrainError
 
@@ -30,7 +36,11 @@ class Prepared:
     val_targets: torch.Tensor
     classes: list[tuple[str, str]]  # every class of the data: (name, taxonomy node)
     seen: list[int]  # class indices used in training (not held out)
-    preprocess: Preprocess
+    preprocess: Preprocess  # or a pretrained backbone's CropPreprocess
+    # a pretrained backbone (models.features): train/val_pixels hold the frozen part's
+    # cached outputs (float32), not pixels
+    features: bool = False
+    feature_cache: dict | None = None  # how they were obtained (models.features.backbone_inputs)
 
 
 def _resolve_holdout(names: list[str], classes: list[tuple[str, str]]) -> list[str]:
@@ -47,9 +57,14 @@ def _resolve_holdout(names: list[str], classes: list[tuple[str, str]]) -> list[s
 
 
 def prepare_data(
-    cfg: TrainConfig, labels: LabelEmbedding | None, data: ImageSet | None = None
+    cfg: TrainConfig,
+    labels: LabelEmbedding | None,
+    data: ImageSet | None = None,
+    *,
+    progress: bool = False,
 ) -> Prepared:
-    """Load the training images, check their classes against the labels, split, preprocess once."""
+    """Load the training images, check their classes against the labels, split, preprocess once
+    (with a pretrained backbone: its frozen part's outputs, cached, :mod:`models.features`)."""
     if data is None:
         data = load_dataset(
             cfg.dataset if cfg.images is None else None,
@@ -86,6 +101,28 @@ def prepare_data(
         raise TrainError(f"only {len(tr)} training images")
 
     images = data.images
+    # class indices -> positions among the seen classes (what the prototypes are indexed by)
+    pos = np.full(len(classes) + 1, -1)
+    pos[seen] = np.arange(len(seen))
+    remap = lambda t: torch.from_numpy(np.where(t >= 0, pos[t], -1).astype(np.int64))  # noqa: E731
+    if is_pretrained_backbone(cfg.backbone):
+        pre = backbone_preprocess(cfg.input_size, cfg.images is None)
+        try:
+            x, info = backbone_inputs(cfg, pre, images, idx, progress)
+        except FeatureError as e:
+            raise TrainError(str(e)) from None
+        at = {row: i for i, row in enumerate(idx)}
+        return Prepared(
+            train_pixels=x[[at[r] for r in tr]],
+            train_targets=remap(targets[tr]),
+            val_pixels=x[[at[r] for r in va]],
+            val_targets=remap(targets[va]),
+            classes=classes,
+            seen=seen,
+            preprocess=pre,
+            features=True,
+            feature_cache=info,
+        )
     shape0 = images[0].shape if len(images) else (28, 28)
     size = cfg.input_size or (shape0[0] if cfg.images is None else 64)
     channels = 1 if len(shape0) == 2 else 3
@@ -114,10 +151,6 @@ def prepare_data(
     x = train_pixels.to(torch.float32) / 255
     pre.mean = tuple(float(v) for v in x.mean(dim=(0, 2, 3)))
     pre.std = tuple(float(v) for v in x.std(dim=(0, 2, 3)).clamp_min(1e-3))
-    # class indices -> positions among the seen classes (what the prototypes are indexed by)
-    pos = np.full(len(classes) + 1, -1)
-    pos[seen] = np.arange(len(seen))
-    remap = lambda t: torch.from_numpy(np.where(t >= 0, pos[t], -1).astype(np.int64))  # noqa: E731
     return Prepared(
         train_pixels=train_pixels,
         train_targets=remap(targets[tr]),

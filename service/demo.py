@@ -11,6 +11,11 @@ reuses them afterwards:
   :func:`indexing.build.build_index` (its ``build.json`` marks it complete);
   afterwards it is only served, so every write acknowledged by the service
   (upserts and deletes) survives restarts.
+
+``hypsearch demo --photos DIR`` (:func:`run_photos_pipeline`) instead indexes
+every picture under DIR with the pretrained model (``pretrained:efficientnet-lite0``,
+no training; or ``--model``), into ``photos/<digest of DIR>/``, built once and
+reused the same way; each photo gets the label the model places it at.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ from models.defaults import default_taxonomy
 
 #: Seconds the first run of the demo may take in all (labels, image model, index).
 DEMO_BUDGET = 570.0
+#: The model of ``hypsearch demo --photos``.
+PHOTOS_MODEL = "pretrained:efficientnet-lite0"
 
 
 @contextmanager
@@ -152,43 +159,103 @@ def _default_index(
     """The index of the Fashion-MNIST test split: built once (the build of the CLI
     and the jobs, resumed when interrupted), then only served (``limit``: only the
     first rows, for tests)."""
-    from indexing.build import build_index, open_index, plan_dataset
+    from indexing.build import plan_dataset
     from models.data import DEFAULT_FASHION_MNIST_DIR
 
-    path = home / "index"
+    plan = plan_dataset("fashion-mnist", "test", DEFAULT_FASHION_MNIST_DIR)
+    plan.sources = plan.sources[:limit]
+    items = _index_once(
+        home / "index", model, plan, "fashion-mnist:test", "Fashion-MNIST test images", steps,
+        progress,
+    )  # fmt: skip
+    return home / "index", items
+
+
+def _index_once(
+    path: Path, model, plan, source: str, what: str, steps: list[str], progress: bool
+) -> int:
+    """The index at ``path`` of ``plan`` by ``model``: reused when its ``build.json``
+    names this model and source, else (re)built, an index of another model or source
+    kept aside (``<path>.<model>.<time>``); returns its number of items."""
+    from indexing.build import build_index, open_index
+
     marker = path / "build.json"
     if marker.exists():
         try:
             done = json.loads(marker.read_text())
         except (OSError, ValueError):
             done = {}
-        if done.get("model") == model.version:
+        if done.get("model") == model.version and done.get("source", source) == source:
             index = open_index(path, dim=model.dim, curvature=model.curvature)
             items = len(index)
             index.close()
             steps.append(f"reused the index {path} ({items} items)")
-            return path, items
+            return items
         # built by another model: its vectors are not comparable; keep it aside
-        aside = home / f"index.{done.get('model', 'old')[:12]}.{int(time.time())}"
+        aside = path.with_name(f"{path.name}.{done.get('model', 'old')[:12]}.{int(time.time())}")
         path.rename(aside)
         steps.append(f"the index was built by another model; moved it to {aside}")
     index = open_index(path, dim=model.dim, curvature=model.curvature)
-    plan = plan_dataset("fashion-mnist", "test", DEFAULT_FASHION_MNIST_DIR)
-    plan.sources = plan.sources[:limit]
+    workers = 0 if plan.images is not None or len(plan.sources) < 200 else 2
     try:
-        report = build_index(model, index, plan, progress=progress, workers=0)
+        report = build_index(model, index, plan, progress=progress, workers=workers)
         index.save()
         items = len(index)
     finally:
         index.close()
-    marker.write_text(
-        json.dumps({"model": model.version, "source": "fashion-mnist:test", "items": items})
-    )
+    marker.write_text(json.dumps({"model": model.version, "source": source, "items": items}))
     steps.append(
-        f"indexed {report.indexed} Fashion-MNIST test images in {report.seconds:.0f} s "
-        f"({report.images_per_second:.0f} images/s) -> {path}"
+        f"indexed {report.indexed} {what} in {report.seconds:.0f} s "
+        f"({report.images_per_second:.1f} images/s) -> {path}"
     )
-    return path, items
+    return items
+
+
+def run_photos_pipeline(
+    home: str | os.PathLike,
+    photos: str | os.PathLike,
+    *,
+    model_spec: str = PHOTOS_MODEL,
+    progress: bool = True,
+    threads: int | None = None,
+) -> dict:
+    """Index every picture under ``photos`` with ``model_spec`` (built once under
+    ``home/photos/``, then reused); returns a summary like :func:`run_default_pipeline`'s.
+    Raises :class:`indexing.build.BuildInputError` for a folder without pictures and
+    :class:`models.checkpoint.CheckpointError` for a model that does not load."""
+    import hashlib
+
+    from indexing.build import BuildInputError, plan_photos
+    from models.image_model import load_model
+
+    t0 = time.perf_counter()
+    home = Path(home)
+    folder = Path(photos).resolve()
+    plan = plan_photos(folder)
+    if not plan.sources:
+        raise BuildInputError(f"{photos}: no pictures (files ending in .png, .jpg, ...)")
+    steps: list[str] = [f"{len(plan.sources)} pictures under {folder}"]
+    with torch_threads(threads):
+        if model_spec.startswith("pretrained:"):
+            model = load_model(model_spec, cache_dir=home / "pretrained")
+        else:
+            model = load_model(model_spec)
+        steps.append(f"model {model.version}")
+        path = home / "photos" / hashlib.sha256(str(folder).encode()).hexdigest()[:12]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        items = _index_once(path, model, plan, f"photos:{folder}", "photos", steps, progress)
+    summary = {
+        "home": str(home),
+        "photos": str(folder),
+        "model": model_spec,
+        "version": model.version,
+        "index": str(path),
+        "items": items,
+        "seconds": time.perf_counter() - t0,
+        "steps": steps,
+    }
+    summary["message"] = "\n".join(steps)
+    return summary
 
 
 if __name__ == "__main__":  # pragma: no cover

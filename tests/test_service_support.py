@@ -184,9 +184,12 @@ def free_port() -> int:
 
 
 class Server:
-    """``hypsearch serve ARGS`` on 127.0.0.1:<free port>; logs in ``log``."""
+    """``hypsearch serve ARGS`` (or ``command``, e.g. ``["demo", ...]``) on
+    127.0.0.1:<free port>; logs in ``log``."""
 
-    def __init__(self, args: list[str], log: Path, env: dict | None = None) -> None:
+    def __init__(
+        self, args: list[str], log: Path, env: dict | None = None, command: list[str] | None = None
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
@@ -202,7 +205,7 @@ class Server:
                 sys.executable,
                 "-m",
                 "service.cli",
-                "serve",
+                *(command or ["serve"]),
                 "--host",
                 "127.0.0.1",
                 "--port",

@@ -36,7 +36,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..data import convert_channels, normalize, resize, to_float
+from ..data import convert_channels, invert_light_background, normalize, resize, to_float
 
 __all__ = [
     "LITE0_SHA256",
@@ -140,14 +140,31 @@ class EfficientNetLite(nn.Module):
         self._conv_head = SameConv2d(stages[-1][5], self.out_features, 1)
         self._bn1 = _bn(self.out_features)
         self._dropout = nn.Dropout(dropout)
-        self._fc = nn.Linear(self.out_features, num_classes)
+        # num_classes=0: a feature extractor without the classifier (no ``_fc`` weights)
+        self._fc = nn.Linear(self.out_features, num_classes) if num_classes else None
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self._blocks)
+
+    def trunk(self, x: torch.Tensor, stop: int | None = None) -> torch.Tensor:
+        """(n, 3, H, W) normalised pixels -> the input of block ``stop`` (the stem and
+        blocks ``0 .. stop-1``; ``stop=None``: after every block)."""
+        x = F.relu6(self._bn0(self._conv_stem(x)))
+        for block in self._blocks[:stop]:
+            x = block(x)
+        return x
+
+    def tail(self, x: torch.Tensor, start: int) -> torch.Tensor:
+        """The input of block ``start`` -> pooled features (n, 1280): blocks
+        ``start ..``, the head convolution and global average pooling."""
+        for block in self._blocks[start:]:
+            x = block(x)
+        return F.relu6(self._bn1(self._conv_head(x))).mean(dim=(-2, -1))
 
     def feature_map(self, x: torch.Tensor) -> torch.Tensor:
         """(n, 3, H, W) normalised pixels -> (n, 1280, H/32, W/32)."""
-        x = F.relu6(self._bn0(self._conv_stem(x)))
-        for block in self._blocks:
-            x = block(x)
-        return F.relu6(self._bn1(self._conv_head(x)))
+        return F.relu6(self._bn1(self._conv_head(self.trunk(x))))
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
         """Globally pooled features (n, 1280): the input of the classifier."""
@@ -155,6 +172,8 @@ class EfficientNetLite(nn.Module):
 
     def classify(self, feats: torch.Tensor) -> torch.Tensor:
         """Pooled features (n, 1280) -> ImageNet-1k logits (n, 1000)."""
+        if self._fc is None:
+            raise RuntimeError("this EfficientNet-Lite was built without its classifier")
         return self._fc(self._dropout(feats))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -179,6 +198,7 @@ class CropPreprocess:
     mean: tuple[float, ...] = (127 / 255,) * 3
     std: tuple[float, ...] = (128 / 255,) * 3
     kind: str = "center-crop"
+    background: str = "any"  # "dark": invert images with a light border (Fashion-MNIST)
 
     def to_dict(self) -> dict:
         return {
@@ -188,6 +208,7 @@ class CropPreprocess:
             "channels": self.channels,
             "mean": list(self.mean),
             "std": list(self.std),
+            "background": self.background,
         }
 
     @classmethod
@@ -200,6 +221,7 @@ class CropPreprocess:
             channels=int(d["channels"]),
             mean=tuple(float(v) for v in d["mean"]),
             std=tuple(float(v) for v in d["std"]),
+            background=str(d.get("background", "any")),
         )
 
     def pixels(self, images) -> torch.Tensor:
@@ -214,6 +236,8 @@ class CropPreprocess:
                 ]
             )
         x = convert_channels(to_float(images), self.channels)
+        if self.background == "dark":
+            x = invert_light_background(x)
         h, w = x.shape[-2:]
         side = max(1, round(min(h, w) * self.crop))
         top, left = (h - side) // 2, (w - side) // 2

@@ -24,7 +24,9 @@ _DEMO_HELP = "build the default artifacts under $HYPSEARCH_HOME (reused when pre
 _DEMO_DESCRIPTION = (
     "Train the default label embeddings and image model, build the index of the "
     "Fashion-MNIST test split (each reused from $HYPSEARCH_HOME when present), then serve the "
-    "web page and the API on http://HOST:PORT."
+    "web page and the API on http://HOST:PORT. With --photos DIR: index the pictures under "
+    "DIR with the pretrained EfficientNet-Lite0 placed among the WordNet nouns (search by "
+    "any noun: feline, vehicle, beverage), then serve that."
 )
 
 
@@ -187,6 +189,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(1)
     where = home()
+    if args.photos is not None:
+        return _demo_photos(args, where)
+    if args.model is not None:
+        raise CliError("--model goes with --photos DIR (the default demo trains its own model)")
     summary = run_default_pipeline(where, progress=not args.quiet, threads=args.threads)
     print(summary["message"], file=sys.stderr)
     if args.no_serve:
@@ -204,6 +210,48 @@ def cmd_demo(args: argparse.Namespace) -> int:
     url = f"http://{_url_host(args.host)}:{args.port}"
     return serve(
         settings, announce=f"hypsearch demo: open {url}/ (API docs {url}/docs); Ctrl-C stops"
+    )
+
+
+def _demo_photos(args: argparse.Namespace, where) -> int:
+    """``demo --photos DIR``: the folder indexed by the pretrained model, then served."""
+    from pathlib import Path
+
+    from indexing.build import BuildInputError
+    from models.checkpoint import CheckpointError
+    from service.demo import PHOTOS_MODEL, run_photos_pipeline
+    from service.settings import get_settings
+
+    photos = Path(args.photos)
+    if not photos.is_dir():
+        raise CliError(f"--photos {args.photos}: no such folder")
+    spec = args.model or PHOTOS_MODEL
+    need_model("--model", spec)
+    try:
+        summary = run_photos_pipeline(
+            where, photos, model_spec=spec, progress=not args.quiet, threads=args.threads
+        )
+    except BuildInputError as e:
+        raise CliError(f"--photos {e}") from None
+    except CheckpointError as e:
+        raise CliError(f"--model {e}") from None
+    print(summary["message"], file=sys.stderr)
+    if args.no_serve:
+        return emit(args, summary, lambda r: r["message"])
+    settings = get_settings(
+        home=where,
+        model=spec,
+        labels=None,
+        index=summary["index"],
+        host=args.host,
+        port=args.port,
+        data_roots=os.environ.get("HYPSEARCH_DATA_ROOTS") or str(summary["photos"]),
+    )
+    url = f"http://{_url_host(args.host)}:{args.port}"
+    return serve(
+        settings,
+        announce=f"hypsearch demo: {summary['items']} photos; open {url}/ (API docs "
+        f"{url}/docs); Ctrl-C stops",
     )
 
 
@@ -242,6 +290,17 @@ def add_demo(sub) -> None:
         default=None,
         help="torch threads for training the image model and indexing (default: the "
         "training default, 1; label training and serving use 1)",
+    )
+    dm.add_argument(
+        "--photos",
+        metavar="DIR",
+        help="index every picture under DIR with the pretrained model (no training; built "
+        "once under $HYPSEARCH_HOME/photos/, then reused) and serve that instead",
+    )
+    dm.add_argument(
+        "--model",
+        help="with --photos: the model (default pretrained:efficientnet-lite0, or a checkpoint "
+        "such as one trained by hypsearch train --backbone pretrained:efficientnet-lite0)",
     )
     dm.add_argument("--no-serve", action="store_true", help="build the artifacts, then exit")
     add_common(dm)

