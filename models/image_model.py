@@ -83,7 +83,9 @@ class ImageModel:
 
     @property
     def space(self) -> Space:
-        return make_space(self.geometry, self.curvature, base=self.head.base.detach())
+        return make_space(
+            self.geometry, self.curvature, base=self.head.base.detach(), spec=self.head_cfg.space
+        )
 
     @property
     def places_in_cones(self) -> bool:

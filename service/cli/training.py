@@ -9,6 +9,8 @@ from pathlib import Path
 from .argtypes import nonneg_float, nonneg_int, positive_float, positive_int
 from .common import add_common, command, emit, given, need_path
 from .errors import CliError
+from .train_objectives import add_arguments as add_objective_arguments
+from .train_objectives import after_save, labels_for, overrides
 
 _TRAIN_HELP = "train the image encoder against label embeddings"
 
@@ -75,13 +77,13 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     if args.images is None and args.dataset is None:
         raise CliError(_NO_DATA)
-    labels = _load_labels(args.labels)
+    labels = labels_for(args, _load_labels)
     class_map = read_class_map(args.class_map) if args.class_map else None
     cfg = TrainConfig(
         dataset=args.dataset if args.images is None else None,
         class_map=class_map,
         holdout=_holdout_list(args.holdout),
-        **given(args, *_TRAIN_FIELDS),
+        **(given(args, *_TRAIN_FIELDS) | overrides(args)),
     )
     if args.time_budget is not None:
         cfg.time_budget = args.time_budget or None
@@ -99,6 +101,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise CliError(str(e)) from None
     version = model.save(out)
     partial.unlink(missing_ok=True)
+    clusters = after_save(model, out)
     m = model.metrics
     result = {
         "out": str(out),
@@ -115,6 +118,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         "val_acc": m.get("val_acc", m.get("val_r1")),
         "train_seconds": m.get("train_seconds"),
     }
+    if clusters is not None:
+        result["clusters"] = clusters
 
     def human(r: dict) -> str:
         val = r["val_acc"] if r["val_acc"] is not None else float("nan")
@@ -170,9 +175,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         parts.append(f"map@r={r['map@r']:.4f}")
         parts += [f"hop{h}_map@50={v:.4f}" for h, v in r["hop_map@50"].items()]
         parts += [
-            f"hier_hit@1={r['hier_hit@1']:.4f}",
-            f"nearest_label_acc={r['nearest_label_acc']:.4f}",
-        ]
+            f"{k}={r[k]:.4f}" for k in ("hier_hit@1", "nearest_label_acc") if k in r
+        ]  # a product model has no label points: retrieval only
         if "zero_shot" in r:
             parts.append(f"zero_shot_hier_hit@1={r['zero_shot']['hier_hit@1']:.4f}")
         if "auroc_radius" in r.get("ood", {}):
@@ -194,7 +198,11 @@ def add_commands(sub) -> None:
     tsrc.add_argument(
         "--images", help="a folder DIR/<class>/<images> or a CSV manifest id,path[,label]"
     )
-    tn.add_argument("--labels", required=True, help="label checkpoint (hypsearch labels train)")
+    tn.add_argument(
+        "--labels",
+        default=None,
+        help="label checkpoint (hypsearch labels train); required but with --unsupervised",
+    )
     tn.add_argument("--out", required=True, help="model checkpoint to write")
     tn.add_argument("--data-dir", default=DEFAULT_FASHION_MNIST_DIR)
     tn.add_argument("--class-map", help="class<TAB>taxonomy node per line (for --images)")
@@ -207,8 +215,9 @@ def add_commands(sub) -> None:
     )
     tn.add_argument(
         "--loss",
-        default="prototype",
+        default=None,
         choices=["prototype", "margin", "pairwise", "circle", "ntxent"],
+        help="default prototype (ntxent with --unsupervised)",
     )
     tn.add_argument("--geometry", default="poincare", choices=["poincare", "euclidean"])
     tn.add_argument(
@@ -255,6 +264,7 @@ def add_commands(sub) -> None:
     )
     tn.add_argument("--seed", type=int, default=0)
     tn.add_argument("--restart", action="store_true", help="ignore an unfinished OUT.partial")
+    add_objective_arguments(tn)
     add_common(tn)
 
     ev = command(sub, "eval", cmd_eval, _EVAL_HELP, _EVAL_DESCRIPTION)
