@@ -211,7 +211,9 @@ def build_model(cfg: TrainConfig, labels: LabelEmbedding, prep: Prepared) -> Mod
         c = float(cfg.curvature)  # label-free objectives: the model's own curvature
     # the head's base point: the Einstein midpoint of the trained classes' label points
     base = torch.zeros(dim, dtype=torch.float64)
-    class_points = labels.embeddings[[labels.taxonomy.index(n) for n in seen_nodes]]
+    class_points = None  # label-free objectives: the classes need not be label nodes
+    if objective.needs_protos:
+        class_points = labels.embeddings[[labels.taxonomy.index(n) for n in seen_nodes]]
     if objective.needs_protos and cfg.centre:
         base = poincare.einstein_midpoint(class_points, c=c)
     geometry = "product" if product is not None else cfg.geometry
