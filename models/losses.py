@@ -58,6 +58,7 @@ __all__ = [
     "nt_xent",
     "pairwise_ce",
     "prototype_ce",
+    "sampled_columns",
 ]
 
 
@@ -255,12 +256,23 @@ def _prototype(cfg, space: Space, protos: Prototypes) -> Criterion:
     return criterion
 
 
+def sampled_columns(m: int, must: torch.Tensor, sample: int, gen=None) -> torch.Tensor:
+    """The candidate columns of one step: ``must`` (the trained classes' positions) and
+    ``sample`` others drawn uniformly without replacement from the ``m`` candidates
+    (all of them when ``sample`` >= the rest); sorted, unique."""
+    keep = torch.zeros(m, dtype=torch.bool)
+    keep[must] = True
+    rest = torch.nonzero(~keep).flatten()
+    if sample < len(rest):
+        rest = rest[torch.randperm(len(rest), generator=gen)[:sample]]
+    keep[rest] = True
+    return torch.nonzero(keep).flatten()
+
+
 def _sampled_prototype(cfg, space: Space, protos: Prototypes, sample: int) -> Criterion:
     """The prototype loss over the trained classes and ``sample`` other candidates drawn
-    afresh each step (:func:`models.objectives.sampled_columns`): the per-step cost stays
+    afresh each step (:func:`sampled_columns`): the per-step cost stays
     flat however many taxonomy nodes there are; every node sampled, it is the full loss."""
-    from .objectives import sampled_columns
-
     gen = torch.Generator().manual_seed(cfg.seed * 31337 + 5)
     m = len(protos.points)
 

@@ -55,7 +55,7 @@ from torch import nn
 from .geometry import numerics as nm
 from .geometry import poincare
 from .heads import Space
-from .losses import nt_xent
+from .losses import nt_xent, sampled_columns
 
 __all__ = [
     "HMLR",
@@ -393,22 +393,6 @@ def log_ratio_loss(
     diff = (ld[:, :, None] - ld[:, None, :]) - (lt[:, :, None] - lt[:, None, :])
     iu = torch.triu_indices(k, k, 1)
     return diff[:, iu[0], iu[1]].pow(2).mean()
-
-
-# ---------------------------------------------------------------- sampled negatives
-
-
-def sampled_columns(m: int, must: torch.Tensor, sample: int, gen=None) -> torch.Tensor:
-    """The candidate columns of one step: ``must`` (the trained classes' positions) and
-    ``sample`` others drawn uniformly without replacement from the ``m`` candidates
-    (all of them when ``sample`` >= the rest); sorted, unique."""
-    keep = torch.zeros(m, dtype=torch.bool)
-    keep[must] = True
-    rest = torch.nonzero(~keep).flatten()
-    if sample < len(rest):
-        rest = rest[torch.randperm(len(rest), generator=gen)[:sample]]
-    keep[rest] = True
-    return torch.nonzero(keep).flatten()
 
 
 # ---------------------------------------------------------------- the extras of a run
