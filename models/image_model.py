@@ -95,6 +95,15 @@ class ImageModel:
         return self.geometry == "poincare" and float(self.config.get("cone_weight", 0.0)) > 0
 
     @property
+    def prediction_nodes(self) -> list[str] | None:
+        """What an unlabelled item's predicted label is chosen among when an index has no
+        labels yet: for a model of an unsupervised run whose taxonomy is its cluster tree
+        (:mod:`models.clusters`) the finest clusters; None (every taxonomy node) otherwise."""
+        if self.labels.config.get("init") == "clusters":
+            return [node for _, node in self.classes]
+        return None
+
+    @property
     def class_map(self) -> dict[str, str]:
         """Class name -> taxonomy node (synset)."""
         return dict(self.classes)

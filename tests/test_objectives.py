@@ -309,3 +309,32 @@ def test_unsupervised_run_writes_a_cluster_taxonomy(tmp_path):
     got = Prototypes.of_labels(model.labels).nearest(z.numpy())
     assert all(g in tax for g in got)
     assert json.loads(json.dumps(model.metrics["clusters"]))["levels"] == [2, 5]
+
+    # an index of the same pictures (a manifest without labels: each item gets its cluster)
+    # and the service's hierarchical mode along the cluster tree
+    rows = ["id,path"] + [
+        f"{p.parent.name}-{p.stem},{p}" for p in sorted((tmp_path / "imgs").rglob("*.png"))
+    ]
+    (tmp_path / "list.csv").write_text("\n".join(rows) + "\n")
+    idx = tmp_path / "idx"
+    cmd = ["index", "build", "--model", str(out), "--images", str(tmp_path / "list.csv")]
+    assert main([*cmd, "--out", str(idx), "--quiet", "--json"]) == 0
+    from indexing import HyperbolicIndex
+    from service.runtime import Runtime
+    from tests.test_service_support import app_client
+
+    rt = Runtime(HyperbolicIndex.load(idx), model.labels, model)
+    try:
+        used = rt.used_labels()
+        assert used and set(used) <= set(leaves)
+        with app_client(rt) as client:
+            r = client.post(
+                "/v1/search",
+                json={"label": used[0], "k": 60, "mode": "hierarchical", "levels": "taxonomy"},
+            )
+            assert r.status_code == 200, r.text
+            hits = r.json()["results"]
+            first = [h for h in hits if h["level"] == 0]
+            assert first and all(h["label"] == used[0] for h in first)
+    finally:
+        rt.close()
