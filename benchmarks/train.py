@@ -58,6 +58,7 @@ OBJECTIVES: dict[str, tuple[str, list[str]]] = {
     "labels at c = 0.27": ("c027", []),
     "artifact.n.01 labels": ("artifact", []),
     "artifact.n.01 labels, --negative-sample 256": ("artifact", ["--negative-sample", "256"]),
+    "--negative-sample 256": ("default", ["--negative-sample", "256"]),
 }
 
 #: columns of the objectives table: header, key in `hypsearch eval --json`
@@ -319,6 +320,41 @@ def run_objectives(args, labels: Path, home: Path, env: dict) -> int:
     return 0
 
 
+def step_times(nodes=(1770, 10699), samples=(0, 256), batch=256, reps=12) -> str:
+    """Median seconds of the prototype loss's forward and backward for one batch, against
+    ``nodes`` candidate label points (the default taxonomy's 1,770; ``artifact.n.01``'s
+    10,699), with every node (0) or ``--negative-sample`` 256; one torch thread."""
+    import torch
+
+    from models.geometry import poincare
+    from models.heads import make_space
+    from models.losses import Prototypes, build_criterion
+    from models.train_config import TrainConfig
+
+    torch.set_num_threads(1)
+    sp = make_space("poincare", 1.0)
+    g = torch.Generator().manual_seed(0)
+    lines = ["| taxonomy nodes | --negative-sample | loss forward + backward, ms per step |"]
+    lines.append("| ---: | ---: | ---: |")
+    for m in nodes:
+        pts = poincare.expmap0(torch.randn(m, 10, generator=g, dtype=torch.float64), c=1.0)
+        target = torch.arange(10) * (m // 10)
+        ex = torch.zeros(10, m, dtype=torch.bool)
+        ex[:, 1:8] = True  # a few ancestors
+        protos = Prototypes(pts[target], pts, target, ex)
+        for s in samples:
+            crit = build_criterion(TrainConfig(negative_sample=s), sp, protos)
+            ts = []
+            for _ in range(reps):
+                v = torch.randn(batch, 10, generator=g, dtype=torch.float64) * 0.5
+                v.requires_grad_()
+                t = time.perf_counter()
+                crit(poincare.expmap0(v, c=1.0), torch.arange(batch) % 10).backward()
+                ts.append(time.perf_counter() - t)
+            lines.append(f"| {m} | {s or 'all'} | {1000 * sorted(ts)[reps // 2]:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     home = Path(os.environ.get("HYPSEARCH_HOME", ROOT / "var"))
@@ -347,7 +383,13 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--limit", type=int, default=None, help="--objectives: train on this many images only"
     )
+    ap.add_argument(
+        "--step-times", action="store_true", help="time the prototype loss's step and exit"
+    )
     args = ap.parse_args(argv)
+    if args.step_times:
+        print(step_times())
+        return 0
 
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
