@@ -53,7 +53,7 @@ def _falls(loss_of, params, steps=30, lr=0.05):
             assert p.grad is not None and torch.isfinite(p.grad).all()
         opt.step()
         first = float(loss.detach()) if first is None else first
-    assert float(loss_of()) < first
+    assert float(loss_of().detach()) < first
     return first
 
 
