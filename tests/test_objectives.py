@@ -338,3 +338,24 @@ def test_unsupervised_run_writes_a_cluster_taxonomy(tmp_path):
             assert first and all(h["label"] == used[0] for h in first)
     finally:
         rt.close()
+
+
+def test_cli_bad_objective_options(tmp_path, capsys):
+    from service.cli import main
+
+    out = str(tmp_path / "m.safetensors")
+    labels = tmp_path / "l.safetensors"
+    small_labels().save(labels)
+    cases = [
+        (["--dataset", "fashion-mnist"], "--labels is required"),
+        (["--dataset", "fashion-mnist", "--labels", str(labels), "--space", "cube:3",
+          "--loss", "circle"], "--space cube:3: "),
+        (["--dataset", "fashion-mnist", "--labels", str(labels), "--space", "poincare:4"],
+         "--space: the prototype loss needs label points"),
+        (["--dataset", "fashion-mnist", "--labels", str(labels), "--unsupervised", "--loss",
+          "circle"], "--unsupervised needs a label-free loss"),
+    ]  # fmt: skip
+    for extra, message in cases:
+        rc = main(["train", *extra, "--out", out, "--quiet"])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert rc == 2 and len(err) == 1 and message in err[0], (extra, err)

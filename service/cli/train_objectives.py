@@ -123,7 +123,10 @@ def labels_for(args: argparse.Namespace, load):
     from models.clusters import placeholder_labels
     from models.geometry.product import ProductSpace
 
-    dim = args.dim or (ProductSpace.parse(args.space).dim if args.space else 10)
+    try:
+        dim = args.dim or (ProductSpace.parse(args.space).dim if args.space else 10)
+    except ValueError as e:
+        raise CliError(f"--space {args.space}: {e}") from None
     return placeholder_labels(dim, args.curvature or 1.0)
 
 
