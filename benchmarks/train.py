@@ -298,6 +298,8 @@ def run_objectives(args, labels: Path, home: Path, env: dict) -> int:
             }
             continue
         budget = ["--time-budget", str(args.budget), "--quiet"]
+        if args.epochs:  # the same steps for every row, whatever the load
+            budget = ["--time-budget", "0", "--epochs", str(args.epochs), "--quiet"]
         if args.limit:
             budget += ["--limit", str(args.limit)]
         try:
@@ -382,6 +384,12 @@ def main(argv=None) -> int:
     ap.add_argument("--only", help="--objectives: rows whose name contains one of these (a,b)")
     ap.add_argument(
         "--limit", type=int, default=None, help="--objectives: train on this many images only"
+    )
+    ap.add_argument(
+        "--epochs",
+        type=int,
+        default=None,
+        help="--objectives: this many epochs a row and no time budget (fair under a varying load)",
     )
     ap.add_argument(
         "--step-times", action="store_true", help="time the prototype loss's step and exit"
