@@ -251,8 +251,12 @@ def objectives_table(res: dict, args) -> str:
     cols = " | ".join(h for h, _ in OBJ_COLUMNS)
     lines = [
         f"#### Objectives of issue 12 ({when}; {os.cpu_count()} CPUs, {cpu_model()}, torch "
-        f"threads {args.threads}, one run at a time, **{args.budget:.0f} s budget per row** "
-        "instead of the target protocol's 570 s"
+        f"threads {args.threads}, one run at a time, "
+        + (
+            f"**{args.epochs} epochs per row, no time budget**"
+            if args.epochs
+            else f"**{args.budget:.0f} s budget per row** instead of the target protocol's 570 s"
+        )
         + (f", **{args.limit} training images**" if args.limit else "")
         + ", one seed, measured while other jobs shared the 2 cores)",
         "",
