@@ -15,6 +15,12 @@ markers at the end when absent). LABELS defaults to
 taxonomy with the default label configuration when missing).
 
     python benchmarks/train.py [--threads N] [--jobs N] [--write-readme] [--reuse]
+
+With ``--objectives`` it trains instead the rows of :data:`OBJECTIVES` (the
+default and its twin, then each auxiliary objective, head, curvature and
+taxonomy of issue 12; ``--only a,b`` picks rows) one at a time under
+``--budget`` seconds each, evaluates each on the test split and writes one
+table between ``<!-- train-objectives:start -->`` and ``<!-- train-objectives:end -->``.
 """
 
 from __future__ import annotations
@@ -32,6 +38,39 @@ from _common import ROOT, cpu_model, report
 
 HOLDOUT = "sandal.n.01,shirt.n.01"
 START, END = "<!-- train-bench:start -->", "<!-- train-bench:end -->"
+OBJ_START, OBJ_END = "<!-- train-objectives:start -->", "<!-- train-objectives:end -->"
+
+#: the rows of the objectives table: name -> (labels: default, c027 or artifact; extra flags)
+OBJECTIVES: dict[str, tuple[str, list[str]]] = {
+    "default": ("default", []),
+    "twin (--geometry euclidean)": ("default", ["--geometry", "euclidean"]),
+    "--hier-weight 1": ("default", ["--hier-weight", "1"]),
+    "--classifier hmlr": ("default", ["--classifier", "hmlr"]),
+    "--contrastive hyperbolic": ("default", ["--contrastive", "hyperbolic"]),
+    "--contrastive euclidean": ("default", ["--contrastive", "euclidean"]),
+    "--ssl byol": ("default", ["--ssl", "byol"]),
+    "--ssl barlow": ("default", ["--ssl", "barlow"]),
+    "--space poincare:8,sphere:4,euclidean:4 --loss circle": (
+        "default",
+        ["--space", "poincare:8,sphere:4,euclidean:4", "--loss", "circle"],
+    ),
+    "--unsupervised": ("default", ["--unsupervised"]),
+    "labels at c = 0.27": ("c027", []),
+    "artifact.n.01 labels": ("artifact", []),
+    "artifact.n.01 labels, --negative-sample 256": ("artifact", ["--negative-sample", "256"]),
+    "--negative-sample 256": ("default", ["--negative-sample", "256"]),
+}
+
+#: columns of the objectives table: header, key in `hypsearch eval --json`
+OBJ_COLUMNS = [
+    ("Recall@1", "recall@1"),
+    ("mAP@R", "map@r"),
+    ("hop-2 mAP@50", "hop_map@50.2"),
+    ("hop-4 mAP@50", "hop_map@50.4"),
+    ("hier. Hit@1", "hier_hit@1"),
+    ("nearest-label acc.", "nearest_label_acc"),
+    ("back-off Hit@1", "backoff.hier_hit@1"),
+]
 
 
 def _hypsearch() -> list[str]:
@@ -187,6 +226,141 @@ def zt_threshold(ev: dict) -> str:
     return f"{ev['backoff']['threshold']:g}"
 
 
+def _objective_labels(kind: str, home: Path, default: Path, env: dict) -> Path:
+    """The label checkpoint of a row: the default labels, the default taxonomy's at c = 0.27,
+    or the whole ``artifact.n.01`` subtree's (``taxonomy wordnet`` then ``labels train``)."""
+    if kind == "default":
+        return default
+    out = home / f"labels-{kind}.safetensors"
+    if out.exists():
+        return out
+    if kind == "c027":
+        tax, extra = default.with_name("taxonomy.tsv"), ["--curvature", "0.27"]
+    else:
+        tax, extra = home / "artifact.tsv", []
+        if not tax.exists():
+            cmd = [*_hypsearch(), "taxonomy", "wordnet", "--root", "artifact.n.01"]
+            _run([*cmd, "--out", str(tax), "--json"], env)
+    cmd = [*_hypsearch(), "labels", "train", "--taxonomy", str(tax), "--out", str(out)]
+    _run([*cmd, "--json", "--quiet", *extra], env)
+    return out
+
+
+def objectives_table(res: dict, args) -> str:
+    when = dt.datetime.now().strftime("%Y-%m-%d")
+    cols = " | ".join(h for h, _ in OBJ_COLUMNS)
+    lines = [
+        f"#### Objectives of issue 12 ({when}; {os.cpu_count()} CPUs, {cpu_model()}, torch "
+        f"threads {args.threads}, one run at a time, "
+        + (
+            f"**{args.epochs} epochs per row, no time budget**"
+            if args.epochs
+            else f"**{args.budget:.0f} s budget per row** instead of the target protocol's 570 s"
+        )
+        + (f", **{args.limit} training images**" if args.limit else "")
+        + ", one seed, measured while other jobs shared the 2 cores)",
+        "",
+        f"| run | epochs | train s | {cols} |",
+        "| --- | ---: | ---: |" + " ---: |" * len(OBJ_COLUMNS),
+    ]
+    for name, r in res.items():
+        ev, tr = r["eval"], r["train"]
+        vals = " | ".join(_f(_at(ev, key)) for _, key in OBJ_COLUMNS)
+        lines.append(f"| {name} | {tr['epochs']} | {tr['wall_seconds']:.0f} | {vals} |")
+    la = os.getloadavg()
+    lim = f" --limit {args.limit}" if args.limit else ""
+    lines += [
+        "",
+        f"Load average at the end: {la[0]:.1f} / {la[1]:.1f} / {la[2]:.1f}. Reproduce: "
+        f"`python benchmarks/train.py --objectives --budget {args.budget:.0f} --threads "
+        f"{args.threads}{lim}` (each row: `hypsearch train --dataset fashion-mnist --labels "
+        f"LABELS --out M --time-budget {args.budget:.0f}{lim} --threads {args.threads} "
+        "--restart` with the "
+        "row's flags, then `hypsearch eval --model M --dataset fashion-mnist --split test "
+        "--no-ood --no-delta --json`). '–': not defined for the row (a product model has no "
+        "label points).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def run_objectives(args, labels: Path, home: Path, env: dict) -> int:
+    names = list(OBJECTIVES)
+    if args.only:
+        wanted = [w.strip() for w in args.only.split(",")]
+        names = [n for n in names if any(w in n for w in wanted)]
+    res = {}
+    for i, name in enumerate(names):
+        kind, flags = OBJECTIVES[name]
+        lab = _objective_labels(kind, home, labels, env)
+        model = args.out_dir / f"obj{list(OBJECTIVES).index(name)}.safetensors"
+        info_path = model.with_suffix(".train.json")
+        ev_path = model.with_suffix(".eval.json")
+        if args.reuse and info_path.exists() and ev_path.exists():
+            res[name] = {
+                "train": json.loads(info_path.read_text()),
+                "eval": json.loads(ev_path.read_text()),
+            }
+            continue
+        budget = ["--time-budget", str(args.budget), "--quiet"]
+        if args.epochs:  # the same steps for every row, whatever the load
+            budget = ["--time-budget", "0", "--epochs", str(args.epochs), "--quiet"]
+        if args.limit:
+            budget += ["--limit", str(args.limit)]
+        try:
+            info, wall = _run(_train_cmd(lab, model, args.threads, *budget, *flags), env)
+        except SystemExit as e:  # one failed row does not stop the others
+            print(f"[{i + 1}/{len(names)}] {name}: {e}", file=sys.stderr)
+            continue
+        info["wall_seconds"] = wall
+        info_path.write_text(json.dumps(info, indent=1))
+        ev, _ = _run(
+            [*_hypsearch(), "eval", "--model", str(model), "--dataset", "fashion-mnist",
+             "--split", "test", "--threads", str(args.threads), "--no-ood", "--no-delta",
+             "--json", "--quiet"],
+            env,
+        )  # fmt: skip
+        ev_path.write_text(json.dumps(ev, indent=1))
+        res[name] = {"train": info, "eval": ev}
+        print(f"[{i + 1}/{len(names)}] {name}: recall@1 {ev['recall@1']:.3f}", file=sys.stderr)
+    report(objectives_table(res, args), OBJ_START, OBJ_END, args.write_readme)
+    return 0
+
+
+def step_times(nodes=(1770, 10699), samples=(0, 256), batch=256, reps=12) -> str:
+    """Median seconds of the prototype loss's forward and backward for one batch, against
+    ``nodes`` candidate label points (the default taxonomy's 1,770; ``artifact.n.01``'s
+    10,699), with every node (0) or ``--negative-sample`` 256; one torch thread."""
+    import torch
+
+    from models.geometry import poincare
+    from models.heads import make_space
+    from models.losses import Prototypes, build_criterion
+    from models.train_config import TrainConfig
+
+    torch.set_num_threads(1)
+    sp = make_space("poincare", 1.0)
+    g = torch.Generator().manual_seed(0)
+    lines = ["| taxonomy nodes | --negative-sample | loss forward + backward, ms per step |"]
+    lines.append("| ---: | ---: | ---: |")
+    for m in nodes:
+        pts = poincare.expmap0(torch.randn(m, 10, generator=g, dtype=torch.float64), c=1.0)
+        target = torch.arange(10) * (m // 10)
+        ex = torch.zeros(10, m, dtype=torch.bool)
+        ex[:, 1:8] = True  # a few ancestors
+        protos = Prototypes(pts[target], pts, target, ex)
+        for s in samples:
+            crit = build_criterion(TrainConfig(negative_sample=s), sp, protos)
+            ts = []
+            for _ in range(reps):
+                v = torch.randn(batch, 10, generator=g, dtype=torch.float64) * 0.5
+                v.requires_grad_()
+                t = time.perf_counter()
+                crit(poincare.expmap0(v, c=1.0), torch.arange(batch) % 10).backward()
+                ts.append(time.perf_counter() - t)
+            lines.append(f"| {m} | {s or 'all'} | {1000 * sorted(ts)[reps // 2]:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     home = Path(os.environ.get("HYPSEARCH_HOME", ROOT / "var"))
@@ -207,12 +381,34 @@ def main(argv=None) -> int:
         action="store_true",
         help="also time one epoch of 12,160 images at 1 and 2 threads",
     )
+    ap.add_argument(
+        "--objectives", action="store_true", help="the objectives table of issue 12 instead"
+    )
+    ap.add_argument("--budget", type=float, default=180.0, help="--objectives: seconds a row")
+    ap.add_argument("--only", help="--objectives: rows whose name contains one of these (a,b)")
+    ap.add_argument(
+        "--limit", type=int, default=None, help="--objectives: train on this many images only"
+    )
+    ap.add_argument(
+        "--epochs",
+        type=int,
+        default=None,
+        help="--objectives: this many epochs a row and no time budget (fair under a varying load)",
+    )
+    ap.add_argument(
+        "--step-times", action="store_true", help="time the prototype loss's step and exit"
+    )
     args = ap.parse_args(argv)
+    if args.step_times:
+        print(step_times())
+        return 0
 
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     args.out_dir.mkdir(parents=True, exist_ok=True)
     labels = _labels(args.labels, env)
+    if args.objectives:
+        return run_objectives(args, labels, home, env)
     runs = {
         "hyperbolic": [],
         "euclidean": ["--geometry", "euclidean"],

@@ -374,7 +374,10 @@ def embed_plan(
     if any(s.label is None for s in todo):
         in_use = set(labels_in_use() if labels_in_use is not None else ())
         in_use |= {s.label for s in plan.sources if s.label is not None}
-        names = prediction_labels(in_use, model.labels.taxonomy.names)
+        # a model may name what its predictions choose among (an unsupervised model: its
+        # finest clusters, not their ancestors); else every taxonomy node
+        every = getattr(model, "prediction_nodes", None) or model.labels.taxonomy.names
+        names = prediction_labels(in_use, every)
         candidates = Prototypes.of_labels(model.labels).subset(names)
     workers = 0 if plan.images is not None else workers
     loader = DataLoader(

@@ -686,6 +686,17 @@ def gaussian_blur(
     return torch.where(apply.view(-1, 1, 1, 1), y, x)
 
 
+def random_grayscale(
+    x: torch.Tensor, p: float = 0.2, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """Each RGB image turned grey (luminance in every channel) with probability ``p``;
+    grey images are returned as they are (for them this step is the identity)."""
+    if x.shape[1] != 3:
+        return x
+    grey = (torch.rand(x.shape[0], generator=generator) < p).view(-1, 1, 1, 1)
+    return torch.where(grey, convert_channels(x, 1).expand_as(x), x)
+
+
 @dataclass
 class Augment:
     """A training view: pixels in [0, 1] (n, C, S, S) -> augmented pixels, same shape.
@@ -693,7 +704,11 @@ class Augment:
     ``strength`` "shift" (translations by up to 2 pixels with a black fill, and
     flips: the standard augmentation of small images), "light" (mild resized
     crops and flips), "strong" (SimCLR-style views: wide crops, jitter, blur)
-    or "none".
+    or "none"; "ssl" the view pipeline of SimCLR / BYOL / Barlow Twins: a resized
+    crop (area 0.2-1), a flip, colour distortion with probability 0.8
+    (brightness, contrast and, for RGB, saturation: on grey images such as
+    Fashion-MNIST only brightness and contrast), grey-scale with probability
+    0.2 (the identity on grey images) and a Gaussian blur with probability 0.5.
     """
 
     strength: str = "light"
@@ -721,6 +736,15 @@ class Augment:
                 x = random_flip(x, generator=generator)
             x = color_jitter(x, 0.4, 0.4, 0.4, generator=generator)
             return gaussian_blur(x, (0.1, 1.0 + size / 64), p=0.5, generator=generator)
+        if self.strength == "ssl":
+            x = random_resized_crop(x, size, scale=(0.2, 1.0), generator=generator)
+            if self.flip:
+                x = random_flip(x, generator=generator)
+            jit = color_jitter(x, 0.4, 0.4, 0.4, generator=generator)
+            keep = (torch.rand(x.shape[0], generator=generator) < 0.8).view(-1, 1, 1, 1)
+            x = torch.where(keep, jit, x)
+            x = random_grayscale(x, 0.2, generator=generator)
+            return gaussian_blur(x, (0.1, 1.0 + size / 64), p=0.5, generator=generator)
         raise ValueError(
-            f"unknown augmentation strength {self.strength!r} (none, shift, light, strong)"
+            f"unknown augmentation strength {self.strength!r} (none, shift, light, strong, ssl)"
         )

@@ -395,6 +395,10 @@ def evaluate_model(
     out |= retrieval_metrics(z, targets, space, nn=nn)
     out["hop_map@50"] = hop_map(z, targets, class_nodes, tax, space, nn=nn)
     bar.update(1)
+    if model.geometry == "product":  # no label points in a product space: retrieval only
+        bar.close()
+        out["seconds"] = time.perf_counter() - t0
+        return out
 
     holdout = set(model.holdout)
     seen = [n for n in model.seen_classes]

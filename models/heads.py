@@ -34,6 +34,8 @@ __all__ = [
     "HeadConfig",
     "HyperbolicHead",
     "PoincareSpace",
+    "ProductHead",
+    "ProductTrainSpace",
     "Space",
     "build_head",
     "make_space",
@@ -136,12 +138,65 @@ class EuclideanSpace(Space):
         return x.mean(0)
 
 
-def make_space(geometry: str, curvature: float, base: torch.Tensor | None = None) -> Space:
+class ProductTrainSpace(Space):
+    r"""A mixed-curvature product (CurvLearn; Gu et al. 2019), e.g.
+    ``poincare:8,sphere:4,euclidean:4``: the :math:`\ell_2` combination of the
+    factors' distances (:class:`models.geometry.product.ProductSpace`). It has no
+    label points: label embeddings live in one ball, so the prototype losses
+    do not apply (train with ``circle``, ``pairwise`` or ``ntxent``)."""
+
+    name = "product"
+
+    def __init__(self, spec: str, curvature: float = 1.0, base: torch.Tensor | None = None):
+        from .geometry.product import ProductSpace
+
+        self.product = ProductSpace.parse(spec)
+        self.spec = str(self.product)
+        self.c = float(curvature)
+        self.base = base
+
+    def pairwise(self, x, y):
+        return self.product.pairwise_dist(x, y)
+
+    def dist(self, x, y):
+        return self.product.dist(x, y)
+
+    def to_origin(self, x):
+        return self.product.dist(x, torch.zeros_like(x))
+
+    def to_base(self, x):
+        return self.to_origin(x)
+
+    def from_ball(self, p):
+        raise ValueError(f"a {self.spec} model has no label points in the ball")
+
+    def midpoint(self, x):
+        """Per factor: the Einstein midpoint (balls), the mean (Euclidean), the mean of the
+        tangent vectors at the origin mapped back (spheres)."""
+        parts = []
+        for f, a in zip(self.product.factors, self.product.split(x), strict=True):
+            if f.kind == "poincare":
+                parts.append(poincare.einstein_midpoint(a, c=f.curvature))
+            elif f.kind == "euclidean":
+                parts.append(a.mean(0))
+            else:
+                from .geometry import stereographic
+
+                v = stereographic.logmap0(a, k=f.curvature).mean(0)
+                parts.append(stereographic.expmap0(v, k=f.curvature))
+        return torch.cat(parts, dim=-1)
+
+
+def make_space(
+    geometry: str, curvature: float, base: torch.Tensor | None = None, spec: str | None = None
+) -> Space:
     if geometry == "poincare":
         return PoincareSpace(curvature, base)
     if geometry == "euclidean":
         return EuclideanSpace(curvature, base)
-    raise ValueError(f"unknown geometry {geometry!r} (poincare or euclidean)")
+    if geometry == "product" and spec:
+        return ProductTrainSpace(spec, curvature, base)
+    raise ValueError(f"unknown geometry {geometry!r} (poincare, euclidean or product)")
 
 
 # ---------------------------------------------------------------- heads
@@ -155,6 +210,7 @@ class HeadConfig:
     curvature: float = 1.0
     clip_r: float = 2.3  # CLIP(x; r) before expmap0: hyperbolic radius at most 2r/sqrt(c)
     mobius: bool = False  # a Möbius linear layer after expmap0
+    space: str | None = None  # geometry "product": the factors, "poincare:8,sphere:4,euclidean:4"
 
 
 class HyperbolicHead(nn.Module):
@@ -214,7 +270,30 @@ class EuclideanHead(nn.Module):
         return poincare.clip_features(v, self.cfg.clip_r)
 
 
+class ProductHead(nn.Module):
+    """linear -> CLIP(.; r) per factor -> the factors' exponential maps at the origin
+    (identity on Euclidean factors); float64 points of the product ``cfg.space``."""
+
+    def __init__(self, cfg: HeadConfig):
+        super().__init__()
+        from .geometry.product import ProductSpace
+
+        self.cfg = cfg
+        self.product = ProductSpace.parse(cfg.space or "")
+        if self.product.dim != cfg.dim:
+            raise ValueError(f"space {cfg.space!r} has dimension {self.product.dim}, not {cfg.dim}")
+        self.linear = nn.Linear(cfg.in_features, cfg.dim)
+        self.register_buffer("base", torch.zeros(cfg.dim, dtype=torch.float64))
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        v = self.linear(features.float()).to(torch.float64)
+        parts = [poincare.clip_features(a, self.cfg.clip_r) for a in self.product.split(v)]
+        return self.product.expmap0(torch.cat(parts, dim=-1))
+
+
 def build_head(cfg: HeadConfig) -> nn.Module:
+    if cfg.geometry == "product":
+        return ProductHead(cfg)
     if cfg.geometry == "poincare":
         return HyperbolicHead(cfg)
     if cfg.geometry == "euclidean":

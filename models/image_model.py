@@ -83,7 +83,9 @@ class ImageModel:
 
     @property
     def space(self) -> Space:
-        return make_space(self.geometry, self.curvature, base=self.head.base.detach())
+        return make_space(
+            self.geometry, self.curvature, base=self.head.base.detach(), spec=self.head_cfg.space
+        )
 
     @property
     def places_in_cones(self) -> bool:
@@ -109,6 +111,15 @@ class ImageModel:
             )
             self._placement = ConePlacement(self.labels, self.seen_classes, cfg)
         return self._placement
+
+    @property
+    def prediction_nodes(self) -> list[str] | None:
+        """What an unlabelled item's predicted label is chosen among when an index has no
+        labels yet: for a model of an unsupervised run whose taxonomy is its cluster tree
+        (:mod:`models.clusters`) the finest clusters; None (every taxonomy node) otherwise."""
+        if self.labels.config.get("init") == "clusters":
+            return [node for _, node in self.classes]
+        return None
 
     @property
     def class_map(self) -> dict[str, str]:

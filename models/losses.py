@@ -58,6 +58,7 @@ __all__ = [
     "nt_xent",
     "pairwise_ce",
     "prototype_ce",
+    "sampled_columns",
 ]
 
 
@@ -242,10 +243,46 @@ Criterion = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 def _prototype(cfg, space: Space, protos: Prototypes) -> Criterion:
+    sample = int(getattr(cfg, "negative_sample", 0) or 0)
+    if sample > 0 and len(protos.points) > len(protos.classes) + sample:
+        return _sampled_prototype(cfg, space, protos, sample)
+
     def criterion(z, y):
         exclude = None if protos.exclude is None else protos.exclude[y]
         return prototype_ce(
             z, protos.points, protos.target[y], space, cfg.tau, cfg.pull, exclude=exclude
+        )
+
+    return criterion
+
+
+def sampled_columns(m: int, must: torch.Tensor, sample: int, gen=None) -> torch.Tensor:
+    """The candidate columns of one step: ``must`` (the trained classes' positions) and
+    ``sample`` others drawn uniformly without replacement from the ``m`` candidates
+    (all of them when ``sample`` >= the rest); sorted, unique."""
+    keep = torch.zeros(m, dtype=torch.bool)
+    keep[must] = True
+    rest = torch.nonzero(~keep).flatten()
+    if sample < len(rest):
+        rest = rest[torch.randperm(len(rest), generator=gen)[:sample]]
+    keep[rest] = True
+    return torch.nonzero(keep).flatten()
+
+
+def _sampled_prototype(cfg, space: Space, protos: Prototypes, sample: int) -> Criterion:
+    """The prototype loss over the trained classes and ``sample`` other candidates drawn
+    afresh each step (:func:`sampled_columns`): the per-step cost stays
+    flat however many taxonomy nodes there are; every node sampled, it is the full loss."""
+    gen = torch.Generator().manual_seed(cfg.seed * 31337 + 5)
+    m = len(protos.points)
+
+    def criterion(z, y):
+        cols = sampled_columns(m, protos.target, sample, gen)
+        pos = torch.full((m,), -1, dtype=torch.long)
+        pos[cols] = torch.arange(len(cols))
+        exclude = None if protos.exclude is None else protos.exclude[:, cols][y]
+        return prototype_ce(
+            z, protos.points[cols], pos[protos.target[y]], space, cfg.tau, cfg.pull, exclude
         )
 
     return criterion

@@ -75,6 +75,7 @@ from .heads import HeadConfig, Space, build_head, make_space
 from .image_model import ImageModel
 from .labels import LabelEmbedding
 from .losses import ConeTargets, Criterion, Prototypes, build_criterion
+from .objectives import Extras, build_extras
 from .prototypes import label_cone_spec
 from .train_config import TrainConfig, TrainError
 from .train_data import Prepared, prepare_data
@@ -136,11 +137,13 @@ class Model:
     protos: Prototypes | None  # the label points the objective and the validation use
     encoder_cfg: EncoderConfig
     head_cfg: HeadConfig
+    extra: Extras | None = None  # the auxiliary terms' parts (models.objectives; dropped after)
 
     def modules(self) -> dict[str, nn.Module]:
         """The trained modules by their checkpoint prefix."""
         parts = {"encoder.": self.encoder, "head.": self.head}
-        return parts if self.aux is None else parts | {"aux.": self.aux}
+        parts = parts if self.aux is None else parts | {"aux.": self.aux}
+        return parts if self.extra is None else parts | {"extra.": self.extra}
 
     def train(self, mode: bool = True) -> None:
         self.encoder.train(mode)
@@ -193,7 +196,14 @@ def build_model(cfg: TrainConfig, labels: LabelEmbedding, prep: Prepared) -> Mod
     objective = cfg.objective
     seen_nodes = [prep.classes[i][1] for i in prep.seen]
     torch.manual_seed(cfg.seed)
-    dim = cfg.dim or labels.dim
+    product = None
+    if cfg.space is not None:
+        from .geometry.product import ProductSpace
+
+        product = ProductSpace.parse(cfg.space)
+        if cfg.dim is not None and cfg.dim != product.dim:
+            raise TrainError(f"--dim {cfg.dim} does not match --space {cfg.space}")
+    dim = cfg.dim or (product.dim if product is not None else labels.dim)
     if objective.needs_protos and dim != labels.dim:
         raise TrainError(
             f"--dim {dim}: the {cfg.loss} loss needs the label embedding's dimension {labels.dim}"
@@ -206,12 +216,17 @@ def build_model(cfg: TrainConfig, labels: LabelEmbedding, prep: Prepared) -> Mod
             "(`hypsearch labels train`, the cap construction)"
         )
     c = labels.curvature
+    if cfg.curvature is not None and not objective.needs_protos:
+        c = float(cfg.curvature)  # label-free objectives: the model's own curvature
     # the head's base point: the Einstein midpoint of the trained classes' label points
     base = torch.zeros(dim, dtype=torch.float64)
-    class_points = labels.embeddings[[labels.taxonomy.index(n) for n in seen_nodes]]
+    class_points = None  # label-free objectives: the classes need not be label nodes
+    if objective.needs_protos:
+        class_points = labels.embeddings[[labels.taxonomy.index(n) for n in seen_nodes]]
     if objective.needs_protos and cfg.centre:
         base = poincare.einstein_midpoint(class_points, c=c)
-    space = make_space(cfg.geometry, c, base=base)
+    geometry = "product" if product is not None else cfg.geometry
+    space = make_space(geometry, c, base=base, spec=cfg.space)
     protos = None
     if objective.needs_protos:
         protos = _prototypes(cfg, labels, space, seen_nodes, class_points)
@@ -246,20 +261,23 @@ def build_model(cfg: TrainConfig, labels: LabelEmbedding, prep: Prepared) -> Mod
     head_cfg = HeadConfig(
         in_features=encoder.out_features,
         dim=dim,
-        geometry=cfg.geometry,
+        geometry=geometry,
         curvature=c,
         clip_r=clip_r,
         mobius=cfg.mobius,
+        space=None if product is None else str(product),
     )
     head = build_head(head_cfg)
     with torch.no_grad():
         head.base.copy_(base)
-    head.base.requires_grad_(cfg.learn_base and cfg.geometry == "poincare")
+    head.base.requires_grad_(cfg.learn_base and geometry == "poincare")
     encoder = encoder.to(memory_format=torch.channels_last)
     aux = None
-    if cfg.aux > 0 and objective.needs_labels:
+    if cfg.aux > 0 and objective.needs_labels and cfg.classifier == "linear":
         aux = nn.Linear(encoder.out_features, len(seen_nodes))
-    return Model(encoder, head, aux, space, protos, enc_cfg, head_cfg)
+    k = len(seen_nodes) if objective.needs_labels else 0
+    extra = build_extras(cfg, space, encoder, encoder.out_features, k, c, base)
+    return Model(encoder, head, aux, space, protos, enc_cfg, head_cfg, extra)
 
 
 def build_optimizer(
@@ -385,15 +403,21 @@ def train_epoch(
         with _autocast(step.amp):
             feats = _encode(model.encoder, prep, x)  # (V*B, F)
         z = model.head(feats.float())  # (V*B, D) float64
-        loss = step.criterion(z, y)
+        # one-view objectives with two views (auxiliary terms): both views labelled
+        yy = y if cfg.objective.two_views or step.views == 1 else y.repeat(step.views)
+        loss = step.criterion(z, yy)
         if model.aux is not None:
             logits = model.aux(feats.float())
-            loss = loss + cfg.aux * nn.functional.cross_entropy(logits, y)
+            loss = loss + cfg.aux * nn.functional.cross_entropy(logits, yy)
+        if model.extra is not None:
+            loss = loss + model.extra.loss(x, feats, z, y, _autocast(step.amp))[0]
         step.opt.zero_grad(set_to_none=True)
         loss.backward()
         if cfg.grad_clip > 0:
             nn.utils.clip_grad_norm_(step.params, cfg.grad_clip)
         step.opt.step()
+        if model.extra is not None:
+            model.extra.after_step(model.encoder)
         if it == 0:
             first_loss = float(loss.detach())
         running += float(loss.detach())
@@ -446,7 +470,7 @@ def _progress_bar(total: int, initial: int):
 
 def _train(cfg, labels, progress, checkpoint_path, resume, data, max_seconds) -> ImageModel:
     t0 = time.perf_counter()
-    prep = prepare_data(cfg, labels, data, progress=progress)
+    prep = prepare_data(cfg, None if cfg.unsupervised else labels, data, progress=progress)
     model = build_model(cfg, labels, prep)
     opt, params = build_optimizer(cfg, model)
     objective = cfg.objective
@@ -454,14 +478,18 @@ def _train(cfg, labels, progress, checkpoint_path, resume, data, max_seconds) ->
     bs = min(cfg.batch_size, n)
     iters_per_epoch = n // bs  # drop the last partial batch (batch norm, pair losses)
     two_views = objective.two_views
+    extra_views = model.extra is not None and model.extra.two_views
+    strength = cfg.augment
+    if extra_views and cfg.augment in ("none", "light", "strong"):
+        strength = "ssl"  # the contrastive / SSL view pipeline
+    elif two_views and cfg.augment in ("none", "light"):
+        strength = "strong"
+    two_views = two_views or extra_views
     step = Step(
         criterion=build_criterion(cfg, model.space, model.protos),
         opt=opt,
         params=params,
-        augment=Augment(
-            "strong" if two_views and cfg.augment in ("none", "light") else cfg.augment,
-            flip=cfg.flip,
-        ),
+        augment=Augment(strength, flip=cfg.flip),
         views=2 if two_views else 1,
         amp=cfg.amp and _amp_supported(),
         iters_per_epoch=iters_per_epoch,
@@ -500,6 +528,8 @@ def _train(cfg, labels, progress, checkpoint_path, resume, data, max_seconds) ->
     epoch = epoch0
     while epoch < planned:
         t_epoch = time.perf_counter()
+        if cfg.unsupervised:
+            recluster(model, prep, cfg, epoch, step.amp)
         loss, it, first = train_epoch(model, step, cfg, prep, epoch, it, max_iters, bar)
         first_loss = first if first is not None else first_loss
         val = validate(model, prep, step.amp)
@@ -517,6 +547,7 @@ def _train(cfg, labels, progress, checkpoint_path, resume, data, max_seconds) ->
                 opt,
                 model.aux,
                 cfg,
+                extra=model.extra,
                 epoch=epoch + 1,
                 history=history,
                 seconds=time.perf_counter() - t0,
@@ -556,4 +587,38 @@ def _train(cfg, labels, progress, checkpoint_path, resume, data, max_seconds) ->
     if history:
         metrics["loss"] = history[-1]["loss"]
         metrics |= {k: v for k, v in history[-1].items() if k.startswith("val_")}
-    return image_model(metrics)
+    out = image_model(metrics)
+    if cfg.unsupervised:
+        from .clusters import attach_clusters
+
+        recluster(model, prep, cfg, epoch + 1, step.amp)
+        attach_clusters(
+            out, model.extra.cluster_tree, replace_labels=labels_are_placeholder(labels)
+        )
+    return out
+
+
+def labels_are_placeholder(labels: LabelEmbedding) -> bool:
+    """Whether ``labels`` is the stand-in of an unsupervised run without label embeddings."""
+    return bool(labels.config.get("placeholder"))
+
+
+@torch.no_grad()
+def recluster(model: Model, prep: Prepared, cfg: TrainConfig, epoch: int, amp: bool) -> None:
+    """The unsupervised term's clusters from ``cluster_sample`` training images (seeded by
+    the epoch), embedded by the current model in eval mode."""
+    gen = torch.Generator().manual_seed(cfg.seed * 100_019 + epoch)
+    n = len(prep.train_pixels)
+    pick = torch.randperm(n, generator=gen)[: min(cfg.cluster_sample, n)]
+    pre = prep.preprocess
+    model.train(False)
+    zs = []
+    for s in range(0, len(pick), 512):
+        x = normalize(
+            prep.train_pixels[pick[s : s + 512]].to(torch.float32) / 255, pre.mean, pre.std
+        )
+        with _autocast(amp):
+            f = model.encoder(x.contiguous(memory_format=torch.channels_last))
+        zs.append(model.head(f.float()))
+    model.train()
+    model.extra.recluster(torch.cat(zs))

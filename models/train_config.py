@@ -59,7 +59,29 @@ class TrainConfig:
     # (models.placement: its class, or the common ancestor of the classes it hesitates between)
     aux: float = 1.0  # weight of an auxiliary softmax classifier on the encoder's features
     # (labelled losses; the classifier is dropped after training)
-    augment: str = "none"  # none, shift, light, strong (two-view objectives use strong)
+    # auxiliary terms (models.objectives; each 0 / "none": off)
+    classifier: str = "linear"  # the aux classifier: "linear" on the features, or "hmlr"
+    # (hyperbolic multinomial logistic regression on the ball embeddings, Ganea et al. 2018)
+    hier_weight: float = 0.0  # HIER (Kim et al. 2023): weight of the hierarchical-proxy term
+    hier_proxies: int = 32  # its learnable proxies
+    hier_margin: float = 0.1
+    contrastive: str = "none"  # NT-Xent of two views beside the main loss: "hyperbolic"
+    # (similarity -d/tau, Yue et al. 2023) or "euclidean" (cosine of the tangent vectors)
+    contrastive_weight: float = 0.5
+    contrastive_tau: float = 0.2
+    ssl: str = "none"  # "byol" or "barlow": a self-supervised term on the encoder's features
+    ssl_weight: float = 0.5
+    byol_tau: float = 0.99  # BYOL's target moving average
+    unsupervised: bool = False  # Yan et al. 2021: log-ratio loss on a clustering, no labels
+    cluster_levels: list[int] = field(default_factory=lambda: [4, 16, 64])  # clusters per level
+    cluster_sample: int = 2000  # images clustered at each epoch's start
+    cluster_weight: float = 1.0
+    negative_sample: int = 0  # prototype loss over the trained classes and this many sampled
+    # other nodes per step (0: every node); the cost of a step then does not grow with the taxonomy
+    space: str | None = None  # a product space "poincare:8,sphere:4,euclidean:4" (CurvLearn head)
+    curvature: float | None = None  # the model's curvature without labels (default 1)
+    augment: str = "none"  # none, shift, light, strong, ssl (two-view objectives use strong,
+    # the contrastive / ssl / unsupervised terms ssl)
     flip: bool = True
     # optimisation
     epochs: int = 12
@@ -88,10 +110,11 @@ class TrainConfig:
             raise TrainError(f"unknown loss {self.loss!r} (one of {', '.join(losses.LOSSES)})")
         if self.geometry not in ("poincare", "euclidean"):
             raise TrainError(f"unknown geometry {self.geometry!r} (poincare or euclidean)")
-        if self.augment not in ("none", "shift", "light", "strong"):
+        if self.augment not in ("none", "shift", "light", "strong", "ssl"):
             raise TrainError(
-                f"unknown augmentation {self.augment!r} (none, shift, light or strong)"
+                f"unknown augmentation {self.augment!r} (none, shift, light, strong or ssl)"
             )
+        self._validate_extras()
         if self.epochs < 0 or self.batch_size < 2:
             raise TrainError("epochs must be >= 0 and batch size >= 2")
         if self.negatives not in ("classes", "taxonomy"):
@@ -117,3 +140,41 @@ class TrainConfig:
                 )
         elif self.unfreeze:
             raise TrainError("--unfreeze needs --backbone pretrained:NAME")
+
+    def _validate_extras(self) -> None:
+        """The auxiliary terms, the product head and the unsupervised mode (one line each)."""
+        if self.classifier not in ("linear", "hmlr"):
+            raise TrainError(f"unknown classifier {self.classifier!r} (linear or hmlr)")
+        if self.contrastive not in ("none", "hyperbolic", "euclidean"):
+            raise TrainError(
+                f"unknown contrastive similarity {self.contrastive!r} (hyperbolic or euclidean)"
+            )
+        if self.ssl not in ("none", "byol", "barlow"):
+            raise TrainError(f"unknown ssl term {self.ssl!r} (byol or barlow)")
+        for name in ("hier_weight", "contrastive_weight", "ssl_weight", "cluster_weight"):
+            if not getattr(self, name) >= 0:
+                raise TrainError(f"{name.replace('_', ' ')} must be >= 0")
+        if self.hier_proxies < 2 or self.negative_sample < 0 or not (0 <= self.byol_tau < 1):
+            raise TrainError("hier proxies must be >= 2, negative sample >= 0, byol tau in [0, 1)")
+        if not self.cluster_levels or any(k < 2 for k in self.cluster_levels):
+            raise TrainError("cluster levels: at least one level, each of >= 2 clusters")
+        if list(self.cluster_levels) != sorted(self.cluster_levels):
+            raise TrainError("cluster levels must grow from the coarsest to the finest")
+        if self.curvature is not None and not self.curvature > 0:
+            raise TrainError(f"curvature must be positive, got {self.curvature}")
+        if self.unsupervised and self.objective.needs_labels:
+            raise TrainError(f"--unsupervised needs a label-free loss (ntxent), not {self.loss!r}")
+        if self.space is not None:
+            from .geometry.product import ProductSpace
+
+            try:
+                ProductSpace.parse(self.space)
+            except ValueError as e:
+                raise TrainError(f"--space {self.space}: {e}") from None
+            if self.objective.needs_protos:
+                raise TrainError(
+                    f"--space: the {self.loss} loss needs label points of the ball; "
+                    "a product head trains with circle, pairwise or ntxent"
+                )
+            if self.hier_weight > 0 or self.classifier == "hmlr" or self.unsupervised:
+                raise TrainError("--space: HIER, HMLR and --unsupervised need a ball or the twin")

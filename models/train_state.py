@@ -78,11 +78,18 @@ def save_run(
     epoch: int,
     history: list[dict],
     seconds: float,
+    extra: nn.Module | None = None,
 ) -> None:
-    """Write the run state after ``epoch`` epochs (``model``: the one being trained, no metrics)."""
+    """Write the run state after ``epoch`` epochs (``model``: the one being trained, no metrics;
+    ``extra``: the auxiliary terms' parts, :class:`models.objectives.Extras`)."""
     tensors, optim = _optimizer_tensors(opt)
     if aux is not None:
         tensors |= {f"aux.{k}": v.detach() for k, v in aux.state_dict().items()}
+    if extra is not None:
+        tensors |= {
+            f"extra.{k}": (v.detach().reshape(-1) if v.dim() == 0 else v.detach())
+            for k, v in extra.state_dict().items()
+        }
     run = {
         "config_key": cfg.key(),
         "optim": optim,

@@ -38,7 +38,7 @@ def _model_and_plan(args: argparse.Namespace, *, ball_only: bool):
         raise CliError(f"--images {args.images}: no such file or folder")
     pre = args.model.startswith("pretrained:") and args.wordnet_dir is not None
     model = load_model(args.model, wordnet_dir=args.wordnet_dir) if pre else load_model(args.model)
-    if ball_only and getattr(model, "geometry", "poincare") != "poincare":
+    if ball_only and getattr(model, "geometry", "poincare") not in ("poincare", "product"):
         raise CliError(
             f"--model {args.model}: a {model.geometry} model cannot fill a Poincaré index"
         )
@@ -85,17 +85,31 @@ def cmd_index_build(args: argparse.Namespace) -> int:
         raise CliError("--shards: needs --ray ADDRESS (the shards live in Ray actors)")
     ray = _connect(args.ray) if args.ray is not None else None
     model, plan, where = _model_and_plan(args, ball_only=True)
+    product = getattr(model, "geometry", "poincare") == "product"
+    if product and any(s.label is None for s in plan.sources):
+        raise CliError(
+            f"--model {args.model}: a product-space model has no label points to predict "
+            "labels with; give labelled sources (a dataset, class folders or a class map)"
+        )
+    space = {"space": model.head_cfg.space} if product else {}
     try:
         if ray is not None and (args.shards is not None or is_sharded(out)):
             from indexing.sharded import ShardedIndex
 
+            if space:
+                raise CliError("--ray: a product-space model cannot be sharded yet")
             index = ShardedIndex(
                 out, args.shards, dim=model.dim, curvature=model.curvature, ray=True
             )
         else:
-            index = open_index(out, dim=model.dim, curvature=model.curvature)
+            index = open_index(out, dim=model.dim, curvature=model.curvature, **space)
     except (IndexStoreError, IndexInputError) as e:
         raise CliError(f"--out {out}: {e}") from None
+    if product and index.space != model.space.spec:
+        index.close()
+        raise CliError(
+            f"--out {out}: holds an index of space {index.space}, not {model.space.spec}"
+        )
     if index.dim != model.dim or abs(index.curvature - model.curvature) > 1e-12:
         index.close()
         raise CliError(

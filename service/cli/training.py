@@ -9,6 +9,8 @@ from pathlib import Path
 from .argtypes import nonneg_float, nonneg_int, positive_float, positive_int
 from .common import add_common, command, emit, given, need_path
 from .errors import CliError
+from .train_objectives import add_arguments as add_objective_arguments
+from .train_objectives import after_save, labels_for, overrides
 
 _TRAIN_HELP = "train the image encoder against label embeddings"
 
@@ -71,7 +73,8 @@ def _train_labels(path: str | None, cfg):
         return _load_labels(path)
     if not is_pretrained_backbone(cfg.backbone):
         raise CliError(
-            "--labels LABELS is required (optional only with --backbone pretrained:NAME)"
+            "--labels LABELS is required (optional only with --backbone pretrained:NAME "
+            "or --unsupervised)"
         )
     from models.checkpoint import CheckpointError
     from models.pretrained import imagenet_labels
@@ -102,7 +105,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         dataset=args.dataset if args.images is None else None,
         class_map=class_map,
         holdout=_holdout_list(args.holdout),
-        **given(args, *_TRAIN_FIELDS),
+        **(given(args, *_TRAIN_FIELDS) | overrides(args)),
     )
     if args.time_budget is not None:
         cfg.time_budget = args.time_budget or None
@@ -110,7 +113,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         cfg.validate()  # a bad --backbone or --unfreeze fails before anything loads
     except TrainError as e:
         raise CliError(str(e)) from None
-    labels = _train_labels(args.labels, cfg)
+    if args.labels is None and args.unsupervised:
+        labels = labels_for(args, _load_labels)  # the placeholder the cluster tree replaces
+    else:
+        labels = _train_labels(args.labels, cfg)
     out = Path(args.out)
     if out.exists() and out.is_dir():
         raise CliError(f"--out {out}: is a directory")
@@ -125,6 +131,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise CliError(str(e)) from None
     version = model.save(out)
     partial.unlink(missing_ok=True)
+    clusters = after_save(model, out)
     m = model.metrics
     result = {
         "out": str(out),
@@ -143,6 +150,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     }
     if "features" in m:  # a pretrained backbone: its cached outputs (file, reused or computed)
         result["features"] = m["features"]
+    if clusters is not None:
+        result["clusters"] = clusters
 
     def human(r: dict) -> str:
         val = r["val_acc"] if r["val_acc"] is not None else float("nan")
@@ -198,9 +207,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         parts.append(f"map@r={r['map@r']:.4f}")
         parts += [f"hop{h}_map@50={v:.4f}" for h, v in r["hop_map@50"].items()]
         parts += [
-            f"hier_hit@1={r['hier_hit@1']:.4f}",
-            f"nearest_label_acc={r['nearest_label_acc']:.4f}",
-        ]
+            f"{k}={r[k]:.4f}" for k in ("hier_hit@1", "nearest_label_acc") if k in r
+        ]  # a product model has no label points: retrieval only
         if "zero_shot" in r:
             parts.append(f"zero_shot_hier_hit@1={r['zero_shot']['hier_hit@1']:.4f}")
         if "auroc_radius" in r.get("ood", {}):
@@ -224,8 +232,10 @@ def add_commands(sub) -> None:
     )
     tn.add_argument(
         "--labels",
+        default=None,
         help="label checkpoint (hypsearch labels train); with --backbone pretrained:NAME the "
-        "default is the WordNet nouns of the ImageNet classes and their hypernyms",
+        "default is the WordNet nouns of the ImageNet classes and their hypernyms; not needed "
+        "with --unsupervised",
     )
     tn.add_argument("--out", required=True, help="model checkpoint to write")
     tn.add_argument("--data-dir", default=DEFAULT_FASHION_MNIST_DIR)
@@ -239,8 +249,9 @@ def add_commands(sub) -> None:
     )
     tn.add_argument(
         "--loss",
-        default="prototype",
+        default=None,
         choices=["prototype", "margin", "pairwise", "circle", "ntxent"],
+        help="default prototype (ntxent with --unsupervised)",
     )
     tn.add_argument("--geometry", default="poincare", choices=["poincare", "euclidean"])
     tn.add_argument(
@@ -303,6 +314,7 @@ def add_commands(sub) -> None:
     )
     tn.add_argument("--seed", type=int, default=0)
     tn.add_argument("--restart", action="store_true", help="ignore an unfinished OUT.partial")
+    add_objective_arguments(tn)
     add_common(tn)
 
     ev = command(sub, "eval", cmd_eval, _EVAL_HELP, _EVAL_DESCRIPTION)

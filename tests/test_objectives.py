@@ -1,0 +1,361 @@
+"""The auxiliary objectives of issue 12 (models.objectives): each loss, HMLR against an
+independent formula, HIER's LCA on a tiny tree, sampled negatives, the product head
+through an index, the unsupervised run's cluster taxonomy."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from models.data import Augment
+from models.geometry import poincare
+from models.heads import make_space
+from models.losses import Prototypes, prototype_ce
+from models.objectives import (
+    HMLR,
+    SSLHead,
+    cluster_levels,
+    contrastive_loss,
+    hier_lca,
+    hier_loss,
+    hmlr_logits,
+    log_ratio_loss,
+    merge_levels,
+    sampled_columns,
+)
+from models.train import TrainConfig, TrainError, train
+from tests.test_train import needs_fmnist, small_labels, tiny_config
+
+
+@pytest.fixture(scope="module")
+def labels():
+    torch.set_num_threads(1)
+    return small_labels()
+
+
+BALL = make_space("poincare", 1.0)
+
+
+def _falls(loss_of, params, steps=30, lr=0.05):
+    """The loss is finite with finite gradients, and lower after a few Adam steps."""
+    opt = torch.optim.Adam(params, lr=lr)
+    first = None
+    for _ in range(steps):
+        loss = loss_of()
+        assert torch.isfinite(loss)
+        opt.zero_grad()
+        loss.backward()
+        for p in params:
+            assert p.grad is not None and torch.isfinite(p.grad).all()
+        opt.step()
+        first = float(loss.detach()) if first is None else first
+    assert float(loss_of().detach()) < first
+    return first
+
+
+def _toy(n=24, d=4, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    v = (torch.randn(n, d, generator=g, dtype=torch.float64) * 0.5).requires_grad_()
+    y = torch.arange(n) % 3
+    return v, y
+
+
+def test_hier_loss_falls_and_lca_of_a_tiny_tree():
+    # a tree in the ball: root R at the origin, inner nodes A and B, leaves a1, a2 / b1, b2
+    e = torch.eye(2, dtype=torch.float64)
+    at = lambda v, r: poincare.expmap0(v * r, c=1.0)  # noqa: E731
+    A, B = at(e[0], 1.5), at(e[1], 1.5)
+    a1 = at(torch.tensor([1.0, 0.15], dtype=torch.float64) / 1.011, 3.0)
+    a2 = at(torch.tensor([1.0, -0.15], dtype=torch.float64) / 1.011, 3.0)
+    b1 = at(torch.tensor([0.15, 1.0], dtype=torch.float64) / 1.011, 3.0)
+    R = torch.zeros(2, dtype=torch.float64)
+    proxies = torch.stack([R, A, B])
+    pts = torch.stack([a1, a2, b1])
+    d = BALL.pairwise(pts, proxies)  # (3, 3)
+    assert hier_lca(d[[0]], d[[1]]).item() == 1  # LCA(a1, a2) = A
+    assert hier_lca(d[[0]], d[[2]]).item() == 0  # LCA(a1, b1) = R
+    assert hier_lca(d[[0]], d[[1]], d[[2]]).item() == 0  # LCA(a1, a2, b1) = R
+
+    v, y = _toy(d=2)
+    pv = (torch.randn(6, 2, dtype=torch.float64) * 0.3).requires_grad_()
+    gen = torch.Generator().manual_seed(0)
+
+    def loss():
+        gen.manual_seed(0)  # the same triplets each step
+        z = poincare.expmap0(v, c=1.0)
+        return hier_loss(z, y, poincare.expmap0(pv, c=1.0), BALL, gen=gen)
+
+    _falls(loss, [v, pv])
+
+
+def _np_mobius_add(x, y, c):
+    xy, x2, y2 = (x * y).sum(-1), (x * x).sum(-1), (y * y).sum(-1)
+    num = (1 + 2 * c * xy + c * y2)[..., None] * x + (1 - c * x2)[..., None] * y
+    return num / (1 + 2 * c * xy + c * c * x2 * y2)[..., None]
+
+
+def test_hmlr_logits_against_the_float64_formula():
+    rng = np.random.default_rng(3)
+    c = 0.7
+    z = rng.normal(size=(5, 3)) * 0.3
+    p = rng.normal(size=(4, 3)) * 0.3
+    a = rng.normal(size=(4, 3))
+    want = np.zeros((5, 4))
+    for i in range(5):
+        for k in range(4):
+            w = _np_mobius_add(-p[k], z[i], c)
+            lam = 2 / (1 - c * p[k] @ p[k])
+            na = np.linalg.norm(a[k])
+            arg = 2 * math.sqrt(c) * (w @ a[k]) / ((1 - c * w @ w) * na)
+            want[i, k] = lam * na / math.sqrt(c) * math.asinh(arg)
+    got = hmlr_logits(*(torch.from_numpy(t) for t in (z, p, a)), c).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+    head = HMLR(3, 4, 1.0, "poincare", torch.zeros(4, dtype=torch.float64))
+    v, y = _toy()
+    _falls(
+        lambda: torch.nn.functional.cross_entropy(head(poincare.expmap0(v, c=1.0)), y),
+        [v, head.a, head.p],
+    )
+
+
+@pytest.mark.parametrize("kind", ["hyperbolic", "euclidean"])
+def test_contrastive_losses_fall(kind):
+    v, _ = _toy()
+    g = torch.Generator().manual_seed(1)
+    noise = torch.randn(v.shape, generator=g, dtype=torch.float64) * 0.05
+
+    def loss():
+        z1 = poincare.expmap0(v, c=1.0)
+        z2 = poincare.expmap0(v + noise, c=1.0)
+        return contrastive_loss(z1, z2, BALL, kind, 0.2)
+
+    _falls(loss, [v])
+
+
+@pytest.mark.parametrize("kind", ["byol", "barlow"])
+def test_ssl_terms_fall_on_two_views(kind):
+    torch.manual_seed(0)
+    enc = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 16))
+    head = SSLHead(kind, enc, 16, hidden=32, out=8)
+    g = torch.Generator().manual_seed(0)
+    pix = torch.rand(32, 1, 8, 8, generator=g)
+    aug = Augment("ssl")
+    x = torch.cat([aug(pix, torch.Generator().manual_seed(s)) for s in (1, 2)])
+    params = [p for p in [*enc.parameters(), *head.parameters()] if p.requires_grad]
+    ctx = torch.autocast("cpu", enabled=False)
+
+    def loss():
+        out = head.loss(x, enc(x), ctx)
+        if kind == "byol":
+            head.update_target(enc, 0.9)
+        return out
+
+    _falls(loss, params, steps=25, lr=0.01)
+
+
+def test_ssl_views_degenerate_to_brightness_on_grey():
+    g = torch.Generator().manual_seed(0)
+    grey = torch.rand(8, 1, 12, 12, generator=g)
+    out = Augment("ssl")(grey, torch.Generator().manual_seed(4))
+    assert out.shape == grey.shape and out.min() >= 0 and out.max() <= 1
+    rgb = torch.rand(64, 3, 12, 12, generator=g)
+    out = Augment("ssl", flip=False)(rgb, torch.Generator().manual_seed(4))
+    grey_rows = (out[:, 0] == out[:, 1]).flatten(1).all(1) & (out[:, 1] == out[:, 2]).flatten(
+        1
+    ).all(1)
+    assert 0 < int(grey_rows.sum()) < 64  # some views turned grey (p = 0.2), not all
+
+
+def test_log_ratio_on_cluster_levels():
+    g = torch.Generator().manual_seed(0)
+    centres = torch.randn(4, 3, generator=g, dtype=torch.float64) * 0.6
+    pts = torch.cat(
+        [centres[i] + 0.05 * torch.randn(10, 3, generator=g, dtype=torch.float64) for i in range(4)]
+    )
+    z0 = poincare.expmap0(pts, c=1.0)
+    assign, parent = cluster_levels(z0, BALL, [2, 4])
+    assert assign.shape == (40, 2)
+    # nested: every finest cluster lies in one coarse cluster
+    for k in np.unique(assign[:, 1]):
+        assert len(np.unique(assign[assign[:, 1] == k, 0])) == 1
+        assert parent[1, k] == assign[assign[:, 1] == k, 0][0]
+    # the four blobs are the four finest clusters
+    for i in range(4):
+        assert len(np.unique(assign[i * 10 : (i + 1) * 10, 1])) == 1
+    target = merge_levels(torch.from_numpy(assign))
+    assert target.min() == 1 and target.max() <= 3 and torch.equal(target, target.T)
+    v = (torch.randn(40, 3, generator=g, dtype=torch.float64) * 0.5).requires_grad_()
+
+    def loss():
+        g2 = torch.Generator().manual_seed(0)
+        return log_ratio_loss(poincare.expmap0(v, c=1.0), target, BALL, gen=g2)
+
+    _falls(loss, [v])
+
+
+def test_sampled_negatives_equal_the_full_softmax_when_all_are_sampled():
+    g = torch.Generator().manual_seed(0)
+    m, k = 30, 4
+    points = poincare.expmap0(torch.randn(m, 3, generator=g, dtype=torch.float64) * 0.5, c=1.0)
+    target = torch.tensor([2, 7, 11, 20])
+    exclude = torch.zeros(k, m, dtype=torch.bool)
+    exclude[0, [5, 6]] = True
+    exclude[2, 25] = True
+    protos = Prototypes(points[target], points, target, exclude)
+    z = poincare.expmap0(torch.randn(16, 3, generator=g, dtype=torch.float64) * 0.5, c=1.0)
+    y = torch.arange(16) % k
+    full = prototype_ce(z, points, target[y], BALL, 1.0, 0.3, exclude=exclude[y])
+    from models.losses import build_criterion
+
+    cfg = TrainConfig(negative_sample=m)  # more than the others: all sampled
+    assert torch.allclose(build_criterion(cfg, BALL, protos)(z, y), full)
+    cfg = TrainConfig(negative_sample=5)
+    sampled = build_criterion(cfg, BALL, protos)(z, y)
+    assert torch.isfinite(sampled) and not torch.allclose(sampled, full)
+    cols = sampled_columns(m, target, 5, torch.Generator().manual_seed(0))
+    assert len(cols) == 9 and set(target.tolist()) <= set(cols.tolist())
+    assert torch.equal(sampled_columns(m, target, m, None), torch.arange(m))
+
+
+@needs_fmnist
+def test_each_objective_trains(labels):
+    torch.set_num_threads(1)
+    for kw in (
+        dict(hier_weight=1.0, classifier="hmlr"),
+        dict(contrastive="hyperbolic", ssl="byol"),
+        dict(ssl="barlow", geometry="euclidean", hier_weight=1.0),
+        dict(negative_sample=3),
+    ):
+        m = train(tiny_config(limit=400, epochs=2, time_budget=None, **kw), labels, progress=False)
+        hist = m.metrics["history"]
+        assert all(np.isfinite(h["loss"]) for h in hist) and hist[1]["loss"] < hist[0]["loss"], kw
+    with pytest.raises(TrainError, match="unknown ssl"):
+        train(tiny_config(ssl="simclr"), labels, progress=False)
+    with pytest.raises(TrainError, match="--space.*prototype"):
+        train(tiny_config(space="poincare:4,sphere:2"), labels, progress=False)
+
+
+@needs_fmnist
+def test_product_model_builds_an_index_and_answers_search(labels, tmp_path):
+    torch.set_num_threads(1)
+    from indexing.build import build_index, open_index, plan_dataset
+
+    cfg = tiny_config(
+        loss="circle",
+        space="poincare:4,sphere:2,euclidean:2",
+        limit=600,
+        epochs=1,
+        time_budget=None,
+    )
+    model = train(cfg, labels, progress=False)
+    path = tmp_path / "m.safetensors"
+    model.save(path)
+    from models.image_model import ImageModel
+
+    model = ImageModel.load(path)
+    assert model.geometry == "product" and model.dim == 8
+    plan = plan_dataset("fashion-mnist", "test", "/usr/share/datasets/fashion-mnist")
+    plan.sources = plan.sources[:200]
+    index = open_index(tmp_path / "idx", dim=8, curvature=1.0, space=model.head_cfg.space)
+    try:
+        build_index(model, index, plan, batch_size=100, progress=False)
+        assert len(index) == 200 and index.space == "poincare:4,sphere:2,euclidean:2"
+        q = model.embed(plan.images[:3])
+        ids, dist = index.search(q.numpy(), k=5)
+        assert ids.shape == (3, 5) and ids[0][0] == plan.sources[0].id
+        assert dist[0][0] == pytest.approx(0.0, abs=1e-9)
+        want = model.space.pairwise(q, model.embed(plan.images[:200]))
+        assert np.allclose(np.sort(want.numpy(), axis=1)[:, :5], dist, atol=1e-9)
+    finally:
+        index.close()
+
+
+def test_unsupervised_run_writes_a_cluster_taxonomy(tmp_path):
+    pytest.importorskip("PIL")
+    torch.set_num_threads(1)
+    from service.cli import main
+    from tests.test_train import _shapes_folder
+
+    _shapes_folder(tmp_path / "imgs", n=30)
+    out = tmp_path / "u.safetensors"
+    rc = main(
+        ["train", "--images", str(tmp_path / "imgs"), "--unsupervised", "--out", str(out),
+         "--cluster-levels", "2,5", "--epochs", "2", "--batch-size", "16", "--dim", "4",
+         "--input-size", "28", "--time-budget", "0", "--quiet", "--json"]
+    )  # fmt: skip
+    assert rc == 0
+    tsv = tmp_path / "u.safetensors.clusters.tsv"
+    from models.image_model import ImageModel
+
+    model = ImageModel.load(out)
+    tax = model.labels.taxonomy
+    leaves = [n for _, n in model.classes]
+    assert 2 <= len(leaves) <= 5 and all(n.startswith("cluster.2.") for n in leaves)
+    assert all(
+        tax.parents(n) and next(iter(tax.parents(n))).startswith("cluster.1.") for n in leaves
+    )
+    assert "clusters" in tax.ancestors(leaves[0])
+    lines = tsv.read_text().splitlines()
+    assert f"{leaves[0]}\tclusters" in lines
+    # the nearest label point of a training image is its finest cluster or an ancestor
+    from models.prototypes import Prototypes
+
+    z = model.embed(np.zeros((2, 28, 28), np.uint8))
+    got = Prototypes.of_labels(model.labels).nearest(z.numpy())
+    assert all(g in tax for g in got)
+    assert json.loads(json.dumps(model.metrics["clusters"]))["levels"] == [2, 5]
+
+    # an index of the same pictures (a manifest without labels: each item gets its cluster)
+    # and the service's hierarchical mode along the cluster tree
+    rows = ["id,path"] + [
+        f"{p.parent.name}-{p.stem},{p}" for p in sorted((tmp_path / "imgs").rglob("*.png"))
+    ]
+    (tmp_path / "list.csv").write_text("\n".join(rows) + "\n")
+    idx = tmp_path / "idx"
+    cmd = ["index", "build", "--model", str(out), "--images", str(tmp_path / "list.csv")]
+    assert main([*cmd, "--out", str(idx), "--quiet", "--json"]) == 0
+    from indexing import HyperbolicIndex
+    from service.runtime import Runtime
+    from tests.test_service_support import app_client
+
+    rt = Runtime(HyperbolicIndex.load(idx), model.labels, model)
+    try:
+        used = rt.used_labels()
+        assert used and set(used) <= set(leaves)
+        with app_client(rt) as client:
+            r = client.post(
+                "/v1/search",
+                json={"label": used[0], "k": 60, "mode": "hierarchical", "levels": "taxonomy"},
+            )
+            assert r.status_code == 200, r.text
+            hits = r.json()["results"]
+            first = [h for h in hits if h["level"] == 0]
+            assert first and all(h["label"] == used[0] for h in first)
+    finally:
+        rt.close()
+
+
+def test_cli_bad_objective_options(tmp_path, capsys):
+    from service.cli import main
+
+    out = str(tmp_path / "m.safetensors")
+    labels = tmp_path / "l.safetensors"
+    small_labels().save(labels)
+    cases = [
+        (["--dataset", "fashion-mnist"], "--labels is required"),
+        (["--dataset", "fashion-mnist", "--labels", str(labels), "--space", "cube:3",
+          "--loss", "circle"], "--space cube:3: "),
+        (["--dataset", "fashion-mnist", "--labels", str(labels), "--space", "poincare:4"],
+         "--space: the prototype loss needs label points"),
+        (["--dataset", "fashion-mnist", "--labels", str(labels), "--unsupervised", "--loss",
+          "circle"], "--unsupervised needs a label-free loss"),
+    ]  # fmt: skip
+    for extra, message in cases:
+        rc = main(["train", *extra, "--out", out, "--quiet"])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert rc == 2 and len(err) == 1 and message in err[0], (extra, err)
