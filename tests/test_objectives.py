@@ -347,7 +347,7 @@ def test_cli_bad_objective_options(tmp_path, capsys):
     labels = tmp_path / "l.safetensors"
     small_labels().save(labels)
     cases = [
-        (["--dataset", "fashion-mnist"], "--labels is required"),
+        (["--dataset", "fashion-mnist"], "--labels LABELS is required"),
         (["--dataset", "fashion-mnist", "--labels", str(labels), "--space", "cube:3",
           "--loss", "circle"], "--space cube:3: "),
         (["--dataset", "fashion-mnist", "--labels", str(labels), "--space", "poincare:4"],
