@@ -173,7 +173,8 @@ def _write_batch(rt: Runtime, body: ItemsBatchIn, points: dict) -> int:
     x = np.empty((len(items), rt.dim), dtype=np.float64)
     for j, it in enumerate(items):
         x[j] = points[j][0] if j in points else it.vector
-    outside = np.nonzero(~ranking.inside_ball(x, rt.curvature))[0]
+    # a product space: the index checks each factor (its error names the row)
+    outside = [] if rt.product else np.nonzero(~ranking.inside_ball(x, rt.curvature))[0]
     if len(outside):
         j = int(outside[0])
         searching.check_vector(rt, x[j], f"items[{j}].vector")  # raises, naming it
