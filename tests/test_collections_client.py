@@ -552,3 +552,33 @@ def test_product_space_collection(env, hs, tmp_path):
     assert hs.restore_snapshot(sid, "prod")["items"] == 34
     assert c.count() == 34 and c.search(x[2], k=1)["results"][0]["id"] == "p02"
     hs.drop_collection("prod")
+
+
+def test_search_image_with_a_filter(env, hs):
+    import httpx
+
+    pic = png_bytes(fmnist_test_split().images[0])
+    plain = hs.search_image(pic, k=5)["results"]
+    assert plain[0]["id"] == "fashion-mnist-test-0"
+    not_own = {"must_not": [{"key": "id", "match": "fashion-mnist-test-0"}]}
+    got = hs.search_image(pic, k=4, filter=not_own)["results"]
+    assert [h["id"] for h in got] == [h["id"] for h in plain[1:5]]
+    label = plain[0]["label"]
+    same = hs.search_image(pic, k=5, filter={"must": [{"key": "label", "match": label}]})
+    assert same["results"] and all(h["label"] == label for h in same["results"])
+    # the filter is the JSON body's: the same answer as /v1/search with that point
+    vec = hs.get("fashion-mnist-test-0")["vector"]
+    by_vec = hs.search(vec, k=4, filter=not_own)["results"]
+    assert [h["id"] for h in by_vec][:2] == [h["id"] for h in got][:2]
+    bad = {"must": [{"key": "payload.price", "range": {"between": 1}}]}
+    with pytest.raises(HypsearchError) as e:
+        hs.search_image(pic, filter=bad)
+    assert e.value.status == 422 and e.value.detail.startswith("filter")
+    for text in ("{nope", "[1, 2]"):
+        r = httpx.post(
+            f"{env[2].url}/v1/search/image",
+            files={"file": ("q.png", pic, "image/png")},
+            data={"filter": text},
+            timeout=60,
+        )
+        assert r.status_code == 422 and r.json()["detail"].startswith("filter:"), r.text
