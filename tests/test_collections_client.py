@@ -10,6 +10,7 @@ refused, and a restart (with an API key) that keeps collections and aliases.
 
 from __future__ import annotations
 
+import base64
 import tarfile
 import threading
 import time
@@ -541,9 +542,16 @@ def test_product_space_collection(env, hs, tmp_path):
     with pytest.raises(HypsearchError) as e:
         c.put("outside", bad)
     assert e.value.status == 422
-    with pytest.raises(HypsearchError) as e:
-        c.search_image(png_bytes(fmnist_test_split().images[0]))
-    assert e.value.status == 503  # no model of that space
+    pic = png_bytes(fmnist_test_split().images[0])
+    for call in (
+        lambda: c.search_image(pic),
+        lambda: c.embed(pic),
+        lambda: c.put("pic", image=pic),
+        lambda: c.upsert_batch([{"id": "pic", "image": base64.b64encode(pic).decode()}]),
+    ):  # no model of that space
+        with pytest.raises(HypsearchError) as e:
+            call()
+        assert e.value.status == 422 and "product space" in e.value.detail, e.value.detail
     # deletes, then a snapshot round trip
     assert c.delete_many(filter=odd) == 25 and c.delete("p00")["deleted"]
     sid = hs.create_snapshot("prod")
