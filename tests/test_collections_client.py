@@ -497,6 +497,7 @@ def test_product_space_collection(env, hs, tmp_path):
         lambda: c.search(label="sneaker"),
         lambda: c.search_hierarchical(q),
         lambda: c.search(q, under="shoe"),
+        lambda: c.search(q, disk=True),
         lambda: c.put("labelled", x[0], label="boot"),
         lambda: c.count({"must": [{"under": "shoe"}]}),
         lambda: c.label("shoe"),
