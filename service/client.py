@@ -17,6 +17,7 @@ item, search, label, stats, scroll and count calls to
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -171,11 +172,22 @@ class Client:
         """``search(..., mode="hierarchical")``: results ordered by (level, distance)."""
         return self.search(vector, mode="hierarchical", **kw)
 
-    def search_image(self, image: Image, *, k: int = 10, mode: str = "nearest", **params) -> Json:
-        """``POST /v1/search/image`` with a PNG or JPEG (bytes or a file's path)."""
+    def search_image(
+        self,
+        image: Image,
+        *,
+        k: int = 10,
+        mode: str = "nearest",
+        filter: Json | None = None,  # noqa: A002 - the API's name
+        **params,
+    ) -> Json:
+        """``POST /v1/search/image`` with a PNG or JPEG (bytes or a file's path);
+        ``filter``: a filter expression, as :meth:`search`'s (sent as the form field
+        ``filter``, a JSON text)."""
         files = {"file": ("query", _picture(image), "application/octet-stream")}
         q = _drop_none({"k": k, "mode": mode, **params})
-        return self._json("POST", "/v1/search/image", files=files, params=q)
+        form = {"filter": json.dumps(filter)} if filter is not None else None
+        return self._json("POST", "/v1/search/image", files=files, data=form, params=q)
 
     def search_batch(self, searches: Sequence[Json]) -> list[Json]:
         """``POST /v1/search/batch``: the answers of many search bodies, in order."""

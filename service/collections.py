@@ -46,7 +46,7 @@ from typing import Any
 
 from indexing import HyperbolicIndex, IndexInputError
 from indexing.build import BuildInputError, OutsideRootsError, check_under_roots
-from indexing.geometry import PoincareIndexSpace, make_index_space
+from indexing.geometry import IndexSpace, PoincareIndexSpace, make_index_space
 from indexing.store import fsync_dir
 from models.fileio import atomic_write_bytes
 
@@ -292,7 +292,7 @@ class Collections:
             rt = served.runtime
             out = {
                 "name": DEFAULT,
-                "space": f"{rt.index.space}@{rt.curvature:g}",
+                "space": rt.space_name,
                 "model": rt.model_version,
                 "taxonomy": None,
                 "created": None,
@@ -339,9 +339,16 @@ class Collections:
             if name in self._aliases:
                 raise ApiError(409, f"name: {name!r} is an alias")
             sp = _check_space(space)
+            if not isinstance(sp, PoincareIndexSpace) and (model is not None or taxonomy):
+                raise ApiError(
+                    422,
+                    f"{'model' if model is not None else 'taxonomy'}: the product space "
+                    f"{sp.spec} holds vectors only (models and taxonomies embed in one "
+                    "Poincaré ball)",
+                )
             folder = f"{name}-{uuid.uuid4().hex[:8]}"
             rec: dict[str, Any] = {
-                "space": f"poincare:{sp.dim}@{sp.c:g}",
+                "space": _space_name(sp),
                 "model": model,
                 "taxonomy_source": taxonomy
                 if isinstance(taxonomy, str)
@@ -353,7 +360,8 @@ class Collections:
             path = self.root / folder
             try:
                 path.mkdir(parents=True)
-                self._place_labels(path, sp, model, taxonomy)
+                if isinstance(sp, PoincareIndexSpace):
+                    self._place_labels(path, sp, model, taxonomy)
                 served = self._open(rec)
             except BaseException:
                 shutil.rmtree(path, ignore_errors=True)
@@ -513,25 +521,31 @@ class Collections:
         from models.taxonomy import with_words
 
         folder = self.root / rec["folder"]
-        model = None
+        model = labels = None
+        sp = _check_space(rec["space"])
+        ball = isinstance(sp, PoincareIndexSpace)
         if rec.get("model") is not None:
             model = self._load_model(rec["model"])
             labels = model.labels
-        else:
+        elif ball:
             labels = LabelEmbedding.load(folder / LABELS_FILE)
-        sp = _check_space(rec["space"])
         path = folder / (index_folder or rec["index"])
         if (path / "store.sqlite3").exists():
             index = HyperbolicIndex.load(path)
-        else:
+        elif ball:
             index = HyperbolicIndex(dim=sp.dim, curvature=sp.c, path=path)
+        else:
+            index = HyperbolicIndex(dim=sp.dim, space=sp.spec, path=path)
         try:
-            if index.space != f"poincare:{sp.dim}" or abs(index.curvature - sp.c) > 1e-9:
+            got = make_index_space(index.dim, index.curvature, index.space)
+            if _space_name(got) != _space_name(sp):
                 raise ApiError(
                     422,
-                    f"snapshot: its index is {index.space}@{index.curvature:g}, "
+                    f"snapshot: its index is {_space_name(got)}, "
                     f"the collection's space is {rec['space']}",
                 )
+            if not ball:
+                return self._start(Runtime(index, None, image_dir=folder / "images", data_dir=None))
             taxonomy = None
             try:
                 base = self._default_runtime()
@@ -579,7 +593,7 @@ class Collections:
                 sums = {
                     "format": 1,
                     "collection": target,
-                    "space": f"{index.space}@{index.curvature:g}",
+                    "space": served.runtime.space_name,
                     "items": len(index),
                     "created": _now(),
                     "files": files,
@@ -707,17 +721,18 @@ class Collections:
         }
 
 
-def _check_space(space: str) -> PoincareIndexSpace:
+def _space_name(sp: IndexSpace) -> str:
+    """``poincare:D@c`` for the ball, the product's own string otherwise."""
+    return f"poincare:{sp.dim}@{sp.c:g}" if isinstance(sp, PoincareIndexSpace) else sp.spec
+
+
+def _check_space(space: str) -> IndexSpace:
+    """A collection's space: the Poincaré ball ``poincare:D[@c]`` (D >= 2) or a product
+    (``poincare:8,sphere:4,euclidean:4``: vectors only, no labels or model)."""
     try:
         sp = make_index_space(None, 1.0, space)
     except IndexInputError as e:
         raise ApiError(422, f"space: {e}") from None
-    if not isinstance(sp, PoincareIndexSpace):
-        raise ApiError(
-            422,
-            f"space: {space!r}: a collection is served in one Poincaré ball (poincare:D or "
-            "poincare:D@c); product spaces are for the indexing library only",
-        )
     if sp.dim < 2:
         raise ApiError(422, f"space: {space!r}: the dimension must be at least 2")
     return sp

@@ -115,8 +115,21 @@ IndexDep = Annotated[HyperbolicIndex, Depends(get_index)]
 
 async def get_model(rt: RuntimeDep):
     if rt.model is None:
-        raise ApiError(503, NO_MODEL)
+        raise no_model(rt)
     return rt.model
+
+
+def no_model(rt: Runtime | None) -> ApiError:
+    """The answer to a picture for a runtime without a model: 503 (the service was
+    started without one), or 422 for a product-space collection, which has none."""
+    if rt is not None and rt.product:
+        return ApiError(
+            422,
+            f"model: this collection has the product space {rt.space_name} and no model: "
+            "pictures are embedded in a Poincaré-ball collection with a model (search this "
+            "one by vector or by id)",
+        )
+    return ApiError(503, NO_MODEL)
 
 
 ModelDep = Annotated[Any, Depends(get_model)]

@@ -33,6 +33,8 @@ EDGE = 0.92
 
 
 def layout(rt, ans) -> DiskOut:
+    if rt.product:  # the disk shows the labels around the query, in the ball
+        raise rt.no_labels("disk")
     chain = ans.chain or (rt.chain(ans.query_label) if ans.query_label else [])
     labels: list[str] = []
 

@@ -186,15 +186,18 @@ class SearchFastPath:
         if params.disk:
             return None
         content_type = next((v for k, v in scope["headers"] if k == b"content-type"), b"")
-        data = single_file_part(content_type, body)
-        if data is None:  # any other shape: the general parser
+        data, where = single_file_part(content_type, body), None
+        if data is None:  # any other shape (a filter field too): the general parser
             async with Request(scope, _replay(body, None)).form() as form:
-                files = form.getlist("file")
-                if len(files) != 1 or not isinstance(files[0], UploadFile):
+                files, where = form.getlist("file"), form.getlist("filter")
+                if len(files) != 1 or not isinstance(files[0], UploadFile) or len(where) > 1:
                     return None
+                if where and not isinstance(where[0], str):
+                    return None
+                where = where[0] if where else None
                 data = await files[0].read()
         ans = await search_picture(
-            rt, services.settings, services.batcher, services.searcher, params, data
+            rt, services.settings, services.batcher, services.searcher, params, data, where
         )
         return answer_json(rt, ans)
 

@@ -18,6 +18,7 @@ work to the batchers' worker threads.
 from __future__ import annotations
 
 import concurrent.futures
+import json
 
 import numpy as np
 from starlette.concurrency import run_in_threadpool
@@ -83,6 +84,28 @@ async def search_request(settings, searcher: MicroBatcher, request: SearchIn) ->
     return await _run(searcher, searching.query_of(request, settings))
 
 
+#: the longest ``filter`` form field of ``POST /v1/search/image`` (characters)
+MAX_FILTER_FIELD = 100_000
+
+
+def form_filter(text: str | None) -> dict | None:
+    """The ``filter`` form field of ``POST /v1/search/image`` (a JSON text): the
+    filter expression of a :class:`SearchIn` body, or a 422 naming ``filter``."""
+    if text is None or not text.strip():
+        return None
+    if len(text) > MAX_FILTER_FIELD:
+        raise ApiError(422, f"filter: over {MAX_FILTER_FIELD:,} characters")
+    try:
+        expr = json.loads(text)
+    except ValueError as e:
+        raise ApiError(422, f"filter: not a JSON text ({e})") from None
+    if expr is None:
+        return None
+    if not isinstance(expr, dict):
+        raise ApiError(422, f"filter: expected a JSON object, got {type(expr).__name__}")
+    return expr
+
+
 async def search_picture(
     rt: Runtime,
     settings,
@@ -90,9 +113,15 @@ async def search_picture(
     searcher: MicroBatcher,
     params: ImageSearchParams,
     data: bytes,
+    filter: str | None = None,  # noqa: A002 - the form field's name
 ) -> Answer:
-    """The answer to ``POST /v1/search/image`` with the file's bytes ``data``."""
+    """The answer to ``POST /v1/search/image`` with the file's bytes ``data`` and the
+    ``filter`` form field (a JSON text; checked before the picture is embedded, then
+    run by the search worker as a :class:`SearchIn` body's filter is)."""
     query: Query = searching.query_of(params, settings)  # the window first: no work if bad
+    query.filter = form_filter(filter)
+    if query.filter is not None:
+        searching.parse_where(rt, query.filter)  # a bad filter: 422 before any work
     query.point, query.point_label = await embed_upload(rt, settings, batcher, data)
     return await _run(searcher, query)
 

@@ -39,6 +39,7 @@ import numpy as np
 
 from indexing import HyperbolicIndex, LabelCones
 from indexing.build import open_index
+from indexing.geometry import PoincareIndexSpace, make_index_space
 from models.geometry import cones as mcones
 from models.geometry import poincare_np
 from models.labels import LabelEmbedding
@@ -75,7 +76,7 @@ class Runtime:
     def __init__(
         self,
         index: HyperbolicIndex,
-        labels: LabelEmbedding,
+        labels: LabelEmbedding | None,
         model: Any | None = None,
         *,
         image_dir: str | Path | None = None,
@@ -83,6 +84,18 @@ class Runtime:
         taxonomy: Taxonomy | None = None,
         wordnet_dir: str | Path | None = None,
     ) -> None:
+        self.space = make_index_space(index.dim, index.curvature, index.space)
+        #: a product space: vectors only (no labels, cones or model; :meth:`no_labels`)
+        self.product = not isinstance(self.space, PoincareIndexSpace)
+        if self.product or labels is None:
+            if not self.product or model is not None:
+                raise StartupError(
+                    "labels: only a product-space collection is served without labels"
+                    if labels is None
+                    else "model: a product-space collection is served without a model"
+                )
+            self._init_vectors_only(index, image_dir, data_dir)
+            return
         if model is not None and getattr(model, "geometry", "poincare") != "poincare":
             raise StartupError(
                 f"model: a {model.geometry} model cannot be served (the index is a Poincaré ball)"
@@ -134,6 +147,45 @@ class Runtime:
         index.set_cones(self.cones)  # recomputes the holders only when the cones changed
         self._load_tallies()
 
+    def _init_vectors_only(self, index: HyperbolicIndex, image_dir, data_dir) -> None:
+        """A product-space runtime: items carry vectors and payloads, no labels."""
+        self.index, self.labels, self.model = index, None, None
+        self.taxonomy = Taxonomy.from_edges([], nodes=())
+        self.curvature = float(index.curvature)
+        self.dim = int(index.dim)
+        self.image_dir = Path(image_dir) if image_dir is not None else None
+        self.data_dir = Path(data_dir) if data_dir is not None else None
+        self._write_lock = threading.Lock()
+        self._tally_lock = threading.Lock()
+        self._item_label = {}
+        self._counts = Counter()
+        self._version = 0
+        self._view = None
+        self._view_lock = threading.Lock()
+        self._under_cache = {}
+        self._splits = {}
+        self._split_lock = threading.Lock()
+        self.cone_spec, self.cones, self.cones_held_share = {}, None, 0.0
+        self.cones_hold, self.default_levels = False, "taxonomy"
+        self._origin = np.zeros((1, self.dim))
+        self._load_tallies()
+
+    def no_labels(self, what: str = "label and hierarchical searches") -> Exception:
+        """The 422 of a label feature asked of a product-space runtime."""
+        from .errors import ApiError
+
+        return ApiError(
+            422,
+            f"{what}: this collection has the product space {self.space.spec}: label, "
+            "'under' and hierarchical features need a Poincaré-ball collection "
+            "(search it by vector or by id)",
+        )
+
+    @property
+    def space_name(self) -> str:
+        """The space string: ``poincare:D@c`` or the product's (``poincare:8,sphere:4,...``)."""
+        return self.space.spec if self.product else f"poincare:{self.dim}@{self.curvature:g}"
+
     # -- tallies --------------------------------------------------------------------
     def _load_tallies(self) -> None:
         many = getattr(self.index, "item_labels", None)  # a sharded index: one call a shard
@@ -179,6 +231,8 @@ class Runtime:
             return dict(self._counts)
 
     def _label_view(self) -> _LabelView:
+        if self.product:
+            raise self.no_labels()
         view = self._view
         if view is not None and view.version == self._version:
             return view
@@ -194,7 +248,7 @@ class Runtime:
             return self._view
 
     def used_labels(self) -> tuple[str, ...]:
-        return self._label_view().used
+        return () if self.product else self._label_view().used
 
     def used_under(self, node: str) -> set[str]:
         """Labels in use that are ``node`` or below it."""
@@ -217,6 +271,8 @@ class Runtime:
         most items under it (WordNet's sense order breaks ties); plurals resolve
         through their base forms (:class:`WordResolver`). Raises
         :class:`models.taxonomy.UnknownLabelError`."""
+        if self.product:
+            raise self.no_labels()
         return self._resolver.resolve(text, prefer=lambda n: float(self.items_under(n)))
 
     def label_point(self, name: str) -> np.ndarray:
@@ -226,7 +282,9 @@ class Runtime:
     def nearest_used_labels(self, x: np.ndarray) -> list[str]:
         """For each row of ``x``: the nearest prototype among the labels that
         indexed items carry (every taxonomy node when the index is empty): the one
-        rule of :mod:`models.prototypes`."""
+        rule of :mod:`models.prototypes`. A product space: ``None`` for each."""
+        if self.product:
+            return [None] * len(x)
         return self._label_view().candidates.nearest(x)
 
     def nearest_nodes(self, x: np.ndarray, k: int = 5) -> list[tuple[str, float]]:
@@ -256,7 +314,17 @@ class Runtime:
         return float(mcones.aperture_np(self.label_point(name), self.cone_spec, c=self.curvature))
 
     def distance_to_origin(self, x: np.ndarray) -> np.ndarray:
+        """Distance to the origin (a product space: the product distance to 0)."""
+        if self.product:
+            x = np.asarray(x, dtype=np.float64)
+            d = self.space.pairwise(np.atleast_2d(x), self._origin)[:, 0]
+            return d if x.ndim == 2 else d[0]
         return poincare_np.distance_to_origin(x, c=self.curvature)
+
+    def check_points(self, x: np.ndarray, name: str) -> np.ndarray:
+        """Rows of the index's space (:meth:`indexing.geometry.IndexSpace.as_points`),
+        or :class:`indexing.IndexInputError` naming ``name`` and the row."""
+        return self.space.as_points(x, name, allow_1d=True)
 
     def chain(self, label: str, levels: str = "taxonomy") -> list[str]:
         """``[label, parent, grandparent, ..., root]``; where a node has several
@@ -284,7 +352,10 @@ class Runtime:
         payloads: Sequence[Any] | None = None,
     ) -> None:
         """Upsert through the index (durable when this returns), then update the
-        tallies. Raises :class:`indexing.IndexInputError` on bad input."""
+        tallies. Raises :class:`indexing.IndexInputError` on bad input (a label
+        given in a product space: the 422 of :meth:`no_labels`)."""
+        if self.product and any(lab is not None for lab in labels):
+            raise self.no_labels("label")
         with self._write_lock:
             self.index.add(vectors, list(ids), labels=list(labels), payloads=payloads)
             with self._tally_lock:

@@ -73,6 +73,10 @@ class StatsOut(BaseModel):
     labels: int = Field(description="distinct labels carried by items")
     taxonomy: int = Field(description="nodes of the loaded taxonomy")
     backend: str = Field(description="index backend in use (exact, graph or hnsw)")
+    space: str | None = Field(
+        None,
+        description="the space: poincare:D@c, or a product such as poincare:8,sphere:4,euclidean:4",
+    )
 
 
 # ---------------------------------------------------------------- search

@@ -50,6 +50,7 @@ from typing import Any
 
 import numpy as np
 
+from indexing import IndexInputError
 from indexing.filters import Filter, parse_filter
 from models.geometry import ranking
 from models.taxonomy import UnknownLabelError
@@ -116,6 +117,11 @@ def check_vector(rt: Runtime, vector, field: str = "vector") -> np.ndarray:
         raise bad_input(f"{field}: expected {rt.dim} numbers (the index's dimension), got {x.size}")
     if not np.isfinite(x).all():
         raise bad_input(f"{field}: contains NaN or infinite values")
+    if rt.product:
+        try:
+            return rt.check_points(x, field)[0]
+        except IndexInputError as e:
+            raise bad_input(str(e)) from None
     if not ranking.inside_ball(x, rt.curvature):
         bound = 1.0 / math.sqrt(rt.curvature)
         raise bad_input(
@@ -127,7 +133,9 @@ def check_vector(rt: Runtime, vector, field: str = "vector") -> np.ndarray:
 
 def resolve_label(rt: Runtime, text: str, field: str = "label", status: int = 422) -> str:
     """Synset or word -> node; unknown: ``status`` (422 in a body, 404 in a path),
-    with suggestions."""
+    with suggestions; a product-space collection: the 422 of :meth:`Runtime.no_labels`."""
+    if rt.product:
+        raise rt.no_labels(field)
     try:
         return rt.resolve(text)
     except UnknownLabelError as e:
@@ -218,6 +226,8 @@ def search(
     ``"cone"`` or ``"taxonomy"`` (default: :attr:`Runtime.default_levels`);
     ``where``: a filter expression (or a parsed :class:`Filter`)."""
     allowed: set[str] | None = None
+    if rt.product and (mode == "hierarchical" or under is not None):
+        raise rt.no_labels("mode" if mode == "hierarchical" else "under")
     if under is not None:
         allowed = rt.used_under(resolve_label(rt, under, "under"))
     if where is not None:

@@ -10,6 +10,7 @@ refused, and a restart (with an API key) that keeps collections and aliases.
 
 from __future__ import annotations
 
+import base64
 import tarfile
 import threading
 import time
@@ -195,9 +196,10 @@ def test_collections_with_their_own_spaces(env, hs):
         with pytest.raises(HypsearchError) as e:
             hs.create_collection(name, space)
         assert e.value.status == 422, e.value.detail
-    with pytest.raises(HypsearchError) as e:
-        hs.create_collection("prod", "poincare:8,sphere:4,euclidean:4")
-    assert e.value.status == 422 and "product" in e.value.detail
+    for kw in ({"model": "default"}, {"taxonomy": EDGES}):  # a product space: vectors only
+        with pytest.raises(HypsearchError) as e:
+            hs.create_collection("prod", "poincare:8,sphere:4,euclidean:4", **kw)
+        assert e.value.status == 422 and "product" in e.value.detail
     names = {c["name"]: c for c in hs.collections()}
     assert {"default", "four", "six"} <= set(names) and names["six"]["space"] == "poincare:6@0.5"
 
@@ -427,6 +429,140 @@ def test_batches_filters_scroll_count_through_the_client(env, hs, where):
         assert hs.delete_many(ids=[f"{prefix}{i:02d}" for i in range(40)]) == 28
 
 
+PRODUCT = "poincare:8,sphere:4,euclidean:4"
+
+
+def _product_points(rng, n: int) -> np.ndarray:
+    return np.hstack([_ball(rng, n, 8, 0.6), rng.normal(size=(n, 4)), rng.normal(size=(n, 4))])
+
+
+def _product_dist(a: np.ndarray, b: np.ndarray) -> float:
+    """sqrt(d_ball^2 + d_sphere^2 + d_euclid^2), curvatures 1 (sphere: stereographic)."""
+
+    def ball(x, y):
+        num = 2 * np.sum((x - y) ** 2)
+        return np.arccosh(1 + num / ((1 - x @ x) * (1 - y @ y)))
+
+    def sphere(x, y):  # the stereographic model of the unit sphere, lifted to R^5
+        def lift(z):
+            s = z @ z
+            return np.append(2 * z, 1 - s) / (1 + s)
+
+        return np.arccos(np.clip(lift(x) @ lift(y), -1, 1))
+
+    d = [ball(a[:8], b[:8]), sphere(a[8:12], b[8:12]), np.linalg.norm(a[12:] - b[12:])]
+    return float(np.sqrt(sum(v * v for v in d)))
+
+
+def test_product_space_collection(env, hs, tmp_path):
+    rng = np.random.default_rng(5)
+    info = hs.create_collection("prod", PRODUCT)
+    assert info["space"] == PRODUCT and info["dim"] == 16 and info["labels"] == 0
+    c = hs.collection("prod")
+    assert c.stats()["space"] == PRODUCT and c.stats()["dim"] == 16
+    assert hs.stats()["space"].startswith("poincare:")
+    x = _product_points(rng, 60)
+    items = [
+        {"id": f"p{i:02d}", "vector": x[i].tolist(), "payload": {"odd": i % 2 == 1, "i": i}}
+        for i in range(50)
+    ]
+    assert c.upsert_batch(items) == 50
+    for i in range(50, 60):
+        assert c.put(f"p{i:02d}", x[i])["label"] is None
+    assert c.count() == 60
+    odd = {"must": [{"key": "payload.odd", "match": True}]}
+    assert c.count(odd) == 25
+    # nearest by vector: the product distance, exact (the collection is small)
+    q = _product_points(rng, 1)[0]
+    hits = c.search(q, k=5)["results"]
+    want = sorted((_product_dist(q, x[i]), f"p{i:02d}") for i in range(60))[:5]
+    assert [h["id"] for h in hits] == [w[1] for w in want]
+    assert np.allclose([h["distance"] for h in hits], [w[0] for w in want], rtol=1e-6)
+    by_id = c.search(id="p07", k=3)["results"]
+    assert "p07" not in [h["id"] for h in by_id]
+    assert by_id[0]["distance"] == pytest.approx(
+        min(_product_dist(x[7], x[i]) for i in range(60) if i != 7), rel=1e-6
+    )
+    got = c.search(q, k=4, filter=odd, with_payload=True)["results"]
+    assert len(got) == 4 and all(h["payload"]["odd"] for h in got)
+    answers = c.search_batch([{"vector": x[3].tolist(), "k": 1}, {"vector": x[8].tolist(), "k": 1}])
+    assert [a["results"][0]["id"] for a in answers] == ["p03", "p08"]
+    item = c.get("p03")
+    assert np.allclose(item["vector"], x[3])
+    assert item["distance_to_origin"] == pytest.approx(_product_dist(x[3], np.zeros(16)), rel=1e-6)
+    assert [it["id"] for it in c.scroll_all(odd, limit=7)] == [f"p{i:02d}" for i in range(1, 50, 2)]
+    assert len(c.get_many(["p01", "p02", "nope"])) == 2
+    # label features: 422 saying why
+    for call in (
+        lambda: c.search(label="sneaker"),
+        lambda: c.search_hierarchical(q),
+        lambda: c.search(q, under="shoe"),
+        lambda: c.search(q, disk=True),
+        lambda: c.put("labelled", x[0], label="boot"),
+        lambda: c.count({"must": [{"under": "shoe"}]}),
+        lambda: c.label("shoe"),
+    ):
+        with pytest.raises(HypsearchError) as e:
+            call()
+        assert e.value.status == 422 and "product space" in e.value.detail, e.value.detail
+    bad = x[0].copy()
+    bad[:8] = 1.0  # the ball factor's norm is outside the ball
+    with pytest.raises(HypsearchError) as e:
+        c.search(bad)
+    assert e.value.status == 422 and "0:8" in e.value.detail
+    with pytest.raises(HypsearchError) as e:
+        c.put("outside", bad)
+    assert e.value.status == 422
+    pic = png_bytes(fmnist_test_split().images[0])
+    for call in (
+        lambda: c.search_image(pic),
+        lambda: c.embed(pic),
+        lambda: c.put("pic", image=pic),
+        lambda: c.upsert_batch([{"id": "pic", "image": base64.b64encode(pic).decode()}]),
+    ):  # no model of that space
+        with pytest.raises(HypsearchError) as e:
+            call()
+        assert e.value.status == 422 and "product space" in e.value.detail, e.value.detail
+    # deletes, then a snapshot round trip
+    assert c.delete_many(filter=odd) == 25 and c.delete("p00")["deleted"]
+    sid = hs.create_snapshot("prod")
+    assert hs.snapshots("prod")[0]["space"] == PRODUCT
+    c.put("later", x[1])
+    assert hs.restore_snapshot(sid, "prod")["items"] == 34
+    assert c.count() == 34 and c.search(x[2], k=1)["results"][0]["id"] == "p02"
+    # kept: the restart test opens it again
+
+
+def test_search_image_with_a_filter(env, hs):
+    import httpx
+
+    pic = png_bytes(fmnist_test_split().images[5])  # a picture no other test puts
+    plain = hs.search_image(pic, k=5)["results"]
+    assert plain[0]["id"] == "fashion-mnist-test-5" and plain[0]["distance"] < 1e-6
+    not_own = {"must_not": [{"key": "id", "match": "fashion-mnist-test-5"}]}
+    got = hs.search_image(pic, k=4, filter=not_own)["results"]
+    assert [h["id"] for h in got] == [h["id"] for h in plain[1:5]]
+    label = plain[0]["label"]
+    same = hs.search_image(pic, k=5, filter={"must": [{"key": "label", "match": label}]})
+    assert same["results"] and all(h["label"] == label for h in same["results"])
+    # the filter is the JSON body's: the same answer as /v1/search with that point
+    vec = hs.get("fashion-mnist-test-5")["vector"]
+    by_vec = hs.search(vec, k=4, filter=not_own)["results"]
+    assert [h["id"] for h in by_vec][:2] == [h["id"] for h in got][:2]
+    bad = {"must": [{"key": "payload.price", "range": {"between": 1}}]}
+    with pytest.raises(HypsearchError) as e:
+        hs.search_image(pic, filter=bad)
+    assert e.value.status == 422 and e.value.detail.startswith("filter")
+    for text in ("{nope", "[1, 2]"):
+        r = httpx.post(
+            f"{env[2].url}/v1/search/image",
+            files={"file": ("q.png", pic, "image/png")},
+            data={"filter": text},
+            timeout=60,
+        )
+        assert r.status_code == 422 and r.json()["detail"].startswith("filter:"), r.text
+
+
 def test_restart_keeps_collections_and_needs_the_key(env):
     """Last in the module: restarts the server (with an API key) over the same home."""
     art, folder, srv = env
@@ -441,6 +577,8 @@ def test_restart_keeps_collections_and_needs_the_key(env):
             assert anon.aliases()["live"] == "blue"
             assert anon.collection("six").search([0.1] * 6, k=3) == probe
             assert anon.collection("live").stats()["dim"] == 3
+            assert anon.collection("prod").stats()["space"] == PRODUCT  # a product space
+            assert anon.collection("prod").get("p02")["label"] is None
             for call in (
                 lambda: anon.collection("six").put("x", [0.0] * 6),
                 lambda: anon.create_collection("nokey", "poincare:3"),

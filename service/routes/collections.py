@@ -41,7 +41,10 @@ class CollectionIn(BaseModel):
 
     name: str = Field(pattern=NAME_PATTERN, max_length=64, description="letters, digits, _ and -")
     space: str = Field(
-        max_length=200, description="poincare:D or poincare:D@c (dimension D >= 2, curvature c)"
+        max_length=200,
+        description="poincare:D or poincare:D@c (dimension D >= 2, curvature c), or a "
+        "product such as poincare:8,sphere:4,euclidean:4 (vectors and payloads only: no "
+        "labels, model or hierarchical mode)",
     )
     model: str | None = Field(
         default=None,

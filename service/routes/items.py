@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from starlette.datastructures import UploadFile
 
 from .. import searching
-from ..deps import NO_MODEL, RuntimeDep, ServicesDep, WriteAccess
+from ..deps import RuntimeDep, ServicesDep, WriteAccess, no_model
 from ..errors import ApiError
 from ..imaging import decode_image, encode_png
 from ..pipeline import check_upload_size, embed_upload
@@ -157,7 +157,7 @@ async def _upsert_picture(
 ) -> ItemOut:
     settings, batcher = services.settings, services.batcher
     if batcher is None:
-        raise ApiError(503, NO_MODEL)
+        raise no_model(rt)
     pixels = await run_in_threadpool(_picture, rt, settings, data, label)
     x, _ = await embed_upload(rt, settings, batcher, pixels)
 

@@ -46,6 +46,7 @@ def stats(rt: RuntimeDep) -> StatsOut:
         labels=len(rt.used_labels()),
         taxonomy=len(rt.taxonomy),
         backend=rt.index.backend,
+        space=rt.space_name,
     )
 
 

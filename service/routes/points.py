@@ -29,7 +29,7 @@ from indexing import IndexInputError
 from models.geometry import ranking
 
 from .. import searching
-from ..deps import NO_MODEL, RuntimeDep, ServicesDep, SettingsDep, WriteAccess
+from ..deps import RuntimeDep, ServicesDep, SettingsDep, WriteAccess, no_model
 from ..errors import ApiError
 from ..imaging import decode_image
 from ..pipeline import embed_upload
@@ -136,7 +136,7 @@ async def upsert_batch(body: ItemsBatchIn, rt: RuntimeDep, svc: ServicesDep) -> 
     points: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # item -> (point, pixels)
     if pics:
         if svc.batcher is None:
-            raise ApiError(503, NO_MODEL)
+            raise no_model(rt)
         data = [_b64(items[j].image, f"items[{j}].image", settings.max_upload_bytes) for j in pics]
 
         def decode_all() -> list[np.ndarray]:
@@ -173,7 +173,8 @@ def _write_batch(rt: Runtime, body: ItemsBatchIn, points: dict) -> int:
     x = np.empty((len(items), rt.dim), dtype=np.float64)
     for j, it in enumerate(items):
         x[j] = points[j][0] if j in points else it.vector
-    outside = np.nonzero(~ranking.inside_ball(x, rt.curvature))[0]
+    # a product space: the index checks each factor (its error names the row)
+    outside = [] if rt.product else np.nonzero(~ranking.inside_ball(x, rt.curvature))[0]
     if len(outside):
         j = int(outside[0])
         searching.check_vector(rt, x[j], f"items[{j}].vector")  # raises, naming it

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, File, Query, Response, UploadFile
+from fastapi import APIRouter, Depends, File, Form, Query, Response, UploadFile
 from starlette.concurrency import run_in_threadpool
 
 from indexing import IndexInputError
@@ -17,6 +17,7 @@ from ..errors import ApiError
 from ..pipeline import answer_json, embed_upload, search_picture, search_request
 from ..runtime import Runtime
 from ..schemas import (
+    FILTER_DOC,
     INVALID,
     EmbedOut,
     ErrorOut,
@@ -163,11 +164,21 @@ async def search_image(
     searcher: SearcherDep,
     data: Upload,
     params: Annotated[ImageSearchParams, Query()],
+    filter: Annotated[  # noqa: A002 - the API's name
+        str | None,
+        Form(
+            description="a filter as a JSON text (the `filter` of a `POST /v1/search` body: "
+            + FILTER_DOC
+            + ")",
+            examples=['{"must": [{"key": "payload.color", "match": "red"}]}'],
+        ),
+    ] = None,
 ) -> SearchOut:
     """The picture is embedded by the model (micro-batched with concurrent
     requests); `query.label` is the nearest label prototype among the labels
-    that indexed items carry."""
-    ans = await search_picture(rt, settings, batcher, searcher, params, data)
+    that indexed items carry. The multipart form field `filter` (a JSON text)
+    filters the results as the `filter` of `POST /v1/search` does."""
+    ans = await search_picture(rt, settings, batcher, searcher, params, data, filter)
     return await _respond(rt, ans, params.disk)
 
 
