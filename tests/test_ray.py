@@ -321,3 +321,95 @@ def test_ray_flags_refuse_bad_input_in_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # the extra is not installed
     assert main(build + ["--out", str(tmp_path / "a"), "--ray", "auto"]) == 2
     assert "pip install -e '.[ray]'" in capsys.readouterr().err
+
+
+@ray_mark
+def test_serve_on_ray_answers_like_the_single_service(tmp_path, tmp_path_factory, ray_cluster):
+    """``hypsearch serve --ray ADDRESS --shards 2 --replicas 2`` as a real process on
+    the module's cluster answers what the single-process service answers over the same
+    items; writes reach the shards; bad input gets 4xx; SIGTERM stops it cleanly and
+    leaves no Serve application and no shard actor behind."""
+    import signal
+
+    import httpx
+    import torch
+    from fastapi.testclient import TestClient
+
+    from service.app import create_app
+    from service.runtime import open_runtime
+    from service.settings import Settings
+    from tests.test_service_support import Server, artifacts, fill_index, needs_data, write_index
+
+    if needs_data.args[0]:
+        pytest.skip(needs_data.kwargs["reason"])
+    torch.set_num_threads(1)
+    art = artifacts(tmp_path_factory)
+    n = 200
+    write_index(art, tmp_path / "single", n)
+    sharded = ShardedIndex(
+        tmp_path / "sharded", shards=2, dim=art.model.dim, curvature=art.model.curvature
+    )
+    fill_index(sharded, art.model, n)  # in this process; the service opens it on Ray
+    sharded.close()
+    settings = Settings(
+        model=art.model_path, index=tmp_path / "single", log_json=False, log_level="WARNING"
+    )
+    single = TestClient(create_app(settings, runtime=open_runtime(settings), owns_runtime=True))
+    address = ray_cluster.get_runtime_context().gcs_address
+    srv = Server(
+        ["--model", str(art.model_path), "--index", str(tmp_path / "sharded"), "--threads", "1"]
+        + ["--ray", address, "--shards", "2", "--replicas", "2"],
+        tmp_path / "serve.log",
+    )
+    try:
+        srv.wait_ready(180)
+        with single, httpx.Client(base_url=srv.url, timeout=60) as c:
+            assert c.get("/v1/stats").json()["items"] == n
+            vec = [0.05 * ((-1) ** i) for i in range(art.model.dim)]
+            for body in (
+                {"vector": vec, "k": 15},
+                {"vector": vec, "k": 7, "offset": 9},
+                {"label": "sneaker", "mode": "hierarchical", "k": 40},
+                {"label": "sneaker", "mode": "hierarchical", "k": 25, "offset": 30},
+                {"label": "bag", "mode": "hierarchical", "k": 10},
+            ):
+                want = single.post("/v1/search", json=body)
+                got = c.post("/v1/search", json=body)
+                assert want.status_code == got.status_code == 200, (body, got.text)
+                w, g = want.json(), got.json()
+                assert len(w["results"]) == body["k"]
+                assert [(h["id"], h["distance"], h["level"], h["via"]) for h in g["results"]] == [
+                    (h["id"], h["distance"], h["level"], h["via"]) for h in w["results"]
+                ], body
+                assert g["query"]["label"] == w["query"]["label"]
+            # a write through the service reaches the shards (and every replica)
+            new = [0.3] + [0.0] * (art.model.dim - 1)
+            put = c.put("/v1/items/new-one", json={"vector": new, "label": "gym_shoe.n.01"})
+            assert put.status_code in (200, 201), put.text
+            for _ in range(4):  # answered by either replica
+                hit = c.post("/v1/search", json={"vector": new, "k": 1}).json()["results"][0]
+                assert (hit["id"], hit["distance"]) == ("new-one", 0.0)
+            assert c.get("/v1/stats").json()["items"] == n + 1
+            assert c.get("/v1/items/new-one").json()["label"] == "gym_shoe.n.01"
+            # bad input: 4xx with a detail, nothing stored
+            for method, path, body in (
+                ("post", "/v1/search", {"vector": [0.1, 0.2], "k": 3}),
+                ("post", "/v1/search", {"vector": [0.9] * art.model.dim, "k": 3}),
+                ("post", "/v1/search", {"label": "no-such-label-x", "k": 3}),
+                ("post", "/v1/search", {"vector": vec, "k": 0}),
+                ("put", "/v1/items/bad-one", {"vector": [2.0] * art.model.dim}),
+            ):
+                r = getattr(c, method)(path, json=body)
+                assert 400 <= r.status_code < 500 and r.json().get("detail"), (body, r.text)
+            assert c.get("/v1/items/bad-one").status_code == 404
+            assert c.get("/v1/stats").json()["items"] == n + 1
+    finally:
+        rc = srv.stop(signal.SIGTERM, timeout=60)
+    assert rc == 0, srv.tail()
+    left = [str(a) for a in ray_cluster.util.list_named_actors(all_namespaces=True)]
+    assert not [a for a in left if "SERVE" in a or "hypsearch-shard" in a], left
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(srv.url + "/readyz", timeout=2)
+    again = ShardedIndex.load(tmp_path / "sharded")  # the write is durable in its shard
+    assert len(again) == n + 1 and again.get("new-one") is not None
+    again.close()
