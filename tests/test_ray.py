@@ -382,7 +382,7 @@ def test_serve_on_ray_answers_like_the_single_service(tmp_path, tmp_path_factory
                     (h["id"], h["distance"], h["level"], h["via"]) for h in w["results"]
                 ], body
                 assert g["query"]["label"] == w["query"]["label"]
-            # a write through the service reaches the shards (and every replica)
+            # a write through the service reaches the shards, seen by whichever replica answers
             new = [0.3] + [0.0] * (art.model.dim - 1)
             put = c.put("/v1/items/new-one", json={"vector": new, "label": "gym_shoe.n.01"})
             assert put.status_code in (200, 201), put.text
