@@ -263,7 +263,8 @@ def main() -> int:
     ray.shutdown()
     lines = [
         f"Measured {datetime.date.today()} on {cpu_model()} ({os.cpu_count()} cores), "
-        "while other jobs shared the 2 cores; `python benchmarks/scale.py "
+        f"load average {os.getloadavg()[1]:.1f} over the last 5 minutes at the end "
+        "(other jobs included); `python benchmarks/scale.py "
         + " ".join(sys.argv[1:])
         + "` in a loopback-only network namespace, one local Ray cluster (2 CPUs).",
         "",
