@@ -479,20 +479,41 @@ class Preprocess:
 
     def pixels(self, images) -> torch.Tensor:
         """Images -> float32 (n, channels, size, size) in [0, 1], not normalised."""
-        if isinstance(images, (list, tuple)):
-            if not images:
-                return torch.zeros(0, self.channels, self.size, self.size)
-            return torch.cat([self.pixels(_one(im)) for im in images])
-        x = to_float(images)  # (n, C, h, w)
-        x = convert_channels(x, self.channels)
-        if self.background == "dark":
-            x = invert_light_background(x)
-        if x.shape[-2:] != (self.size, self.size):
-            x = resize(x, self.size)
-        return x.clamp(0, 1)
+        return image_pixels(images, self.size, self.channels, background=self.background)
 
     def __call__(self, images) -> torch.Tensor:
         return normalize(self.pixels(images), self.mean, self.std)
+
+
+def image_pixels(
+    images, size: int, channels: int, *, background: str = "any", crop: float | None = None
+) -> torch.Tensor:
+    """The pixel path of every preprocessing: images in any form :class:`Preprocess`
+    takes -> float32 (n, channels, size, size) in [0, 1], not normalised.
+
+    Channels converted, images with a light border inverted for
+    ``background="dark"``, then with ``crop`` the centre square of side
+    ``crop`` x the shorter side, and a resize (bilinear, antialiased) to
+    ``size`` x ``size`` where the shape differs.
+    """
+    if isinstance(images, (list, tuple)):
+        if not images:
+            return torch.zeros(0, channels, size, size)
+        one = [
+            image_pixels(_one(i), size, channels, background=background, crop=crop) for i in images
+        ]
+        return torch.cat(one)
+    x = convert_channels(to_float(images), channels)  # (n, C, h, w)
+    if background == "dark":
+        x = invert_light_background(x)
+    if crop is not None:
+        h, w = x.shape[-2:]
+        side = max(1, round(min(h, w) * crop))
+        top, left = (h - side) // 2, (w - side) // 2
+        x = x[..., top : top + side, left : left + side]
+    if x.shape[-2:] != (size, size):
+        x = resize(x, size)
+    return x.clamp(0, 1)
 
 
 def _one(im) -> np.ndarray | torch.Tensor:

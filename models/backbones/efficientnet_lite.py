@@ -36,7 +36,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..data import convert_channels, invert_light_background, normalize, resize, to_float
+from ..data import image_pixels, normalize
 
 __all__ = [
     "LITE0_SHA256",
@@ -226,34 +226,12 @@ class CropPreprocess:
 
     def pixels(self, images) -> torch.Tensor:
         """Images -> float32 (n, 3, size, size) in [0, 1], not normalised."""
-        if isinstance(images, (list, tuple)):
-            if not images:
-                return torch.zeros(0, self.channels, self.size, self.size)
-            return torch.cat(
-                [
-                    self.pixels(im[None] if torch.is_tensor(im) else _batch_of_one(im))
-                    for im in images
-                ]
-            )
-        x = convert_channels(to_float(images), self.channels)
-        if self.background == "dark":
-            x = invert_light_background(x)
-        h, w = x.shape[-2:]
-        side = max(1, round(min(h, w) * self.crop))
-        top, left = (h - side) // 2, (w - side) // 2
-        x = x[..., top : top + side, left : left + side]
-        if side != self.size:
-            x = resize(x, self.size)
-        return x.clamp(0, 1)
+        return image_pixels(
+            images, self.size, self.channels, background=self.background, crop=self.crop
+        )
 
     def __call__(self, images) -> torch.Tensor:
         return normalize(self.pixels(images), self.mean, self.std)
-
-
-def _batch_of_one(im):
-    import numpy as np
-
-    return np.asarray(im)[None]
 
 
 # ---------------------------------------------------------------- weights
