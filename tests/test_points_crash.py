@@ -106,5 +106,6 @@ def test_acknowledged_batches_survive_sigkill(tmp_path_factory):
         assert not t.is_alive()
         total_acks += acks["n"]
         present = _check(index, batches, acked, sent)
-        assert len(present - set(acked)) <= 1  # at most the one batch in flight, whole
+        # at most the one batch in flight at each kill so far (it stays present), whole
+        assert len(present - set(acked)) <= rnd + 1
     assert total_acks >= 6, "too few acknowledged batches to say anything"

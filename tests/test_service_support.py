@@ -234,7 +234,8 @@ class Server:
         raise AssertionError(f"server not ready after {timeout} s:\n{self.tail()}")
 
     def tail(self, n: int = 4000) -> str:
-        self._logf.flush()
+        if not self._logf.closed:
+            self._logf.flush()
         return self.log.read_bytes()[-n:].decode(errors="replace")
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int:
