@@ -20,6 +20,7 @@ vectors at the origin), so a Euclidean twin aims at the same directions and
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -75,11 +76,20 @@ class Space:
 
 
 class PoincareSpace(Space):
+    """The ball of curvature ``-c``. ``learned``: a callable returning the current 0-d
+    curvature tensor of a head that learns it (:attr:`HyperbolicHead.log_c`); ``c`` then
+    follows it, with its gradient."""
+
     name = "poincare"
 
-    def __init__(self, curvature: float, base: torch.Tensor | None = None):
-        self.c = float(curvature)
+    def __init__(self, curvature: float, base: torch.Tensor | None = None, learned=None):
+        self._c = float(curvature)
         self.base = base  # the head's base point (where a zero feature lands)
+        self.learned = learned
+
+    @property
+    def c(self):
+        return self._c if self.learned is None else self.learned()
 
     def to_base(self, x):
         if self.base is None:
@@ -211,10 +221,16 @@ class HeadConfig:
     clip_r: float = 2.3  # CLIP(x; r) before expmap0: hyperbolic radius at most 2r/sqrt(c)
     mobius: bool = False  # a Möbius linear layer after expmap0
     space: str | None = None  # geometry "product": the factors, "poincare:8,sphere:4,euclidean:4"
+    learn_curvature: bool = False  # poincare: c = exp(log_c) is a parameter (`curvature` its value)
 
 
 class HyperbolicHead(nn.Module):
     """linear -> CLIP(.; r) -> expmap0 -> [Möbius linear] -> m ⊕ (.); float64 points of the ball.
+
+    ``cfg.learn_curvature``: the curvature is ``exp(log_c)``, a trained parameter
+    (clamped to [1e-3, 1e2]) that starts at ``cfg.curvature``; whoever saves the
+    model writes its value back into ``cfg.curvature`` (:meth:`sync_curvature`),
+    so a loaded model's ``curvature`` is the learned one.
 
     ``base`` (``m``, a point of the ball, trained by Riemannian Adam) is
     where a zero feature vector lands: the Möbius translation by ``m`` is an
@@ -234,6 +250,9 @@ class HyperbolicHead(nn.Module):
         self.base = geoopt.ManifoldParameter(
             torch.zeros(cfg.dim, dtype=torch.float64), manifold=ball
         )
+        self.log_c = None
+        if cfg.learn_curvature:
+            self.log_c = nn.Parameter(torch.tensor(math.log(cfg.curvature), dtype=torch.float64))
         self.mobius = None
         if cfg.mobius:
             self.mobius = nn.Parameter(torch.eye(cfg.dim, dtype=torch.float64))
@@ -241,8 +260,20 @@ class HyperbolicHead(nn.Module):
                 torch.zeros(cfg.dim, dtype=torch.float64), manifold=ball
             )
 
+    def curvature(self):
+        """The curvature magnitude: ``cfg.curvature``, or the learned 0-d tensor."""
+        if self.log_c is None:
+            return self.cfg.curvature
+        return self.log_c.clamp(math.log(1e-3), math.log(1e2)).exp()
+
+    def sync_curvature(self) -> float:
+        """Write the learned curvature into ``cfg.curvature``; returns it."""
+        if self.log_c is not None:
+            self.cfg.curvature = float(self.curvature().detach())
+        return float(self.cfg.curvature)
+
     def forward(self, features: torch.Tensor) -> torch.Tensor:
-        c = self.cfg.curvature
+        c = self.curvature()
         v = self.linear(features.float()).to(torch.float64)  # (n, D) tangent vectors at 0
         v = poincare.clip_features(v, self.cfg.clip_r)
         z = poincare.expmap0(v, c=c)  # (n, D) in the ball, d(0, z) <= 2r/sqrt(c)

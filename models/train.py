@@ -266,8 +266,11 @@ def build_model(cfg: TrainConfig, labels: LabelEmbedding, prep: Prepared) -> Mod
         clip_r=clip_r,
         mobius=cfg.mobius,
         space=None if product is None else str(product),
+        learn_curvature=cfg.learn_curvature,
     )
     head = build_head(head_cfg)
+    if cfg.learn_curvature:
+        space.learned = head.curvature  # the objectives see the head's current curvature
     with torch.no_grad():
         head.base.copy_(base)
     head.base.requires_grad_(cfg.learn_base and geometry == "poincare")
@@ -497,6 +500,8 @@ def _train(cfg, labels, progress, checkpoint_path, resume, data, max_seconds) ->
     )
 
     def image_model(metrics: dict) -> ImageModel:
+        if cfg.learn_curvature:
+            model.head.sync_curvature()  # the saved model's curvature is the learned one
         return ImageModel(
             model.encoder_cfg,
             model.head_cfg,

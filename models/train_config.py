@@ -80,6 +80,8 @@ class TrainConfig:
     # other nodes per step (0: every node); the cost of a step then does not grow with the taxonomy
     space: str | None = None  # a product space "poincare:8,sphere:4,euclidean:4" (CurvLearn head)
     curvature: float | None = None  # the model's curvature without labels (default 1)
+    learn_curvature: bool = False  # label-free objectives on the ball: train log c too,
+    # starting from `curvature` (models.heads.HyperbolicHead.log_c); saved as the model's c
     augment: str = "none"  # none, shift, light, strong, ssl (two-view objectives use strong,
     # the contrastive / ssl / unsupervised terms ssl)
     flip: bool = True
@@ -162,6 +164,18 @@ class TrainConfig:
             raise TrainError("cluster levels must grow from the coarsest to the finest")
         if self.curvature is not None and not self.curvature > 0:
             raise TrainError(f"curvature must be positive, got {self.curvature}")
+        if self.learn_curvature:
+            if self.objective.needs_protos or self.geometry != "poincare" or self.space:
+                raise TrainError(
+                    "--curvature learn: needs a label-free loss (circle, pairwise, ntxent) on "
+                    f"the ball, not the {self.loss} loss"
+                    + (f" in the {self.geometry} geometry" if self.geometry != "poincare" else "")
+                    + (" with --space" if self.space else "")
+                    + " (with labels the model takes the labels' curvature: train the labels "
+                    "at c with `hypsearch labels train --curvature C`)"
+                )
+            if self.hier_weight > 0 or self.classifier == "hmlr":
+                raise TrainError("--curvature learn: HIER and HMLR keep a fixed curvature")
         if self.unsupervised and self.objective.needs_labels:
             raise TrainError(f"--unsupervised needs a label-free loss (ntxent), not {self.loss!r}")
         if self.space is not None:

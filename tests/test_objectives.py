@@ -241,6 +241,44 @@ def test_each_objective_trains(labels):
 
 
 @needs_fmnist
+def test_learned_curvature_moves_and_is_saved(labels, tmp_path):
+    """--curvature learn: log c gets finite gradients through the loss and moves; the
+    saved model's curvature is the learned value and its embeddings lie in that ball."""
+    torch.set_num_threads(1)
+    from models.heads import HeadConfig, HyperbolicHead
+    from models.image_model import ImageModel
+
+    head = HyperbolicHead(HeadConfig(in_features=6, dim=4, learn_curvature=True))
+    space = make_space("poincare", 1.0)
+    space.learned = head.curvature
+    feats = torch.randn(16, 6, generator=torch.Generator().manual_seed(0))
+    y = torch.arange(16) % 4
+    from models.losses import circle_loss
+
+    loss = circle_loss(head(feats), y, space)
+    loss.backward()
+    assert head.log_c.grad is not None and torch.isfinite(head.log_c.grad)
+    assert head.log_c.grad.abs() > 0  # the loss depends on c
+
+    cfg = tiny_config(loss="circle", limit=400, epochs=2, time_budget=None,
+                      learn_curvature=True, curvature=0.5)  # fmt: skip
+    model = train(cfg, labels, progress=False)
+    c = model.curvature
+    assert c != 0.5 and 1e-3 <= c <= 1e2
+    path = tmp_path / "m.safetensors"
+    model.save(path)
+    back = ImageModel.load(path)
+    assert back.curvature == pytest.approx(c, rel=1e-12)
+    from models.data import load_fashion_mnist
+    from tests.test_train import FMNIST
+
+    images = load_fashion_mnist("test", FMNIST).images[:8]
+    z = back.embed(images)
+    assert torch.all(c * (z * z).sum(-1) < 1)  # points of the learned ball
+    assert torch.allclose(z, model.embed(images), atol=1e-9)
+
+
+@needs_fmnist
 def test_product_model_builds_an_index_and_answers_search(labels, tmp_path):
     torch.set_num_threads(1)
     from indexing.build import build_index, open_index, plan_dataset
@@ -354,8 +392,15 @@ def test_cli_bad_objective_options(tmp_path, capsys):
          "--space: the prototype loss needs label points"),
         (["--dataset", "fashion-mnist", "--labels", str(labels), "--unsupervised", "--loss",
           "circle"], "--unsupervised needs a label-free loss"),
+        (["--dataset", "fashion-mnist", "--labels", str(labels), "--curvature", "learn"],
+         "--curvature learn: needs a label-free loss"),
+        (["--dataset", "fashion-mnist", "--labels", str(labels), "--curvature", "learn:-1",
+          "--loss", "circle"], "'learn:-1': expected a positive curvature"),
     ]  # fmt: skip
     for extra, message in cases:
-        rc = main(["train", *extra, "--out", out, "--quiet"])
+        try:
+            rc = main(["train", *extra, "--out", out, "--quiet"])
+        except SystemExit as e:  # argparse's own usage errors
+            rc = e.code
         err = capsys.readouterr().err.strip().splitlines()
         assert rc == 2 and len(err) == 1 and message in err[0], (extra, err)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .argtypes import nonneg_float, nonneg_int, positive_float
+from .argtypes import nonneg_float, nonneg_int
 from .errors import CliError
 
 #: options that are TrainConfig fields of the same name (None: the config's default)
@@ -20,8 +20,24 @@ FIELDS = (
     "ssl_weight",
     "negative_sample",
     "space",
-    "curvature",
 )
+
+
+def _curvature(text: str) -> tuple[float | None, bool]:
+    """``C``, ``learn`` (from 1) or ``learn:C`` (from C) -> (curvature, learned)."""
+    learn = text == "learn" or text.startswith("learn:")
+    value = text.split(":", 1)[1] if text.startswith("learn:") else (None if learn else text)
+    if value is None:
+        return None, True
+    try:
+        c = float(value)
+    except ValueError:
+        c = float("nan")
+    if not c > 0 or c == float("inf"):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected a positive curvature, 'learn' or 'learn:C'"
+        )
+    return c, learn
 
 
 def _levels(text: str) -> list[int]:
@@ -82,9 +98,10 @@ def add_arguments(tn: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--curvature",
-        type=positive_float,
+        type=_curvature,
         default=None,
-        help="the model's curvature for label-free objectives (default: the labels')",
+        help="the model's curvature for label-free objectives (default: the labels'); "
+        "'learn' or 'learn:C' trains it (from that default, or from C)",
     )
     g.add_argument(
         "--unsupervised",
@@ -104,6 +121,12 @@ def add_arguments(tn: argparse.ArgumentParser) -> None:
 def overrides(args: argparse.Namespace) -> dict:
     """The TrainConfig fields these options set."""
     out = {n: getattr(args, n) for n in FIELDS if getattr(args, n, None) is not None}
+    if args.curvature is not None:
+        c, learn = args.curvature
+        if c is not None:
+            out["curvature"] = c
+        if learn:
+            out["learn_curvature"] = True
     if args.unsupervised:
         out["unsupervised"] = True
         if args.loss is None:
@@ -127,7 +150,7 @@ def labels_for(args: argparse.Namespace, load):
         dim = args.dim or (ProductSpace.parse(args.space).dim if args.space else 10)
     except ValueError as e:
         raise CliError(f"--space {args.space}: {e}") from None
-    return placeholder_labels(dim, args.curvature or 1.0)
+    return placeholder_labels(dim, (args.curvature or (None,))[0] or 1.0)
 
 
 def after_save(model, out: Path) -> str | None:
