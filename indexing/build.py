@@ -178,6 +178,7 @@ def open_index(path: str | os.PathLike, *, dim: int, curvature: float, **kw):
 
     folder = Path(path)
     if (folder / STORE_FILE).exists():
+        kw.pop("space", None)  # it has its own space
         return HyperbolicIndex.load(folder, **kw)
     return HyperbolicIndex(dim=dim, curvature=curvature, path=folder, **kw)
 

@@ -88,13 +88,20 @@ class Runtime:
         #: a product space: vectors only (no labels, cones or model; :meth:`no_labels`)
         self.product = not isinstance(self.space, PoincareIndexSpace)
         if self.product or labels is None:
-            if not self.product or model is not None:
+            if not self.product:
                 raise StartupError(
                     "labels: only a product-space collection is served without labels"
-                    if labels is None
-                    else "model: a product-space collection is served without a model"
                 )
-            self._init_vectors_only(index, image_dir, data_dir)
+            if model is not None and (
+                getattr(model, "geometry", "poincare") != "product"
+                or getattr(model.space, "spec", None) != self.space.spec
+            ):
+                raise StartupError(
+                    f"model: a {getattr(model, 'geometry', 'poincare')} model "
+                    f"{getattr(model.space, 'spec', '')} cannot fill the product-space index "
+                    f"{self.space.spec}".replace("  ", " ")
+                )
+            self._init_vectors_only(index, image_dir, data_dir, model)
             return
         if model is not None and getattr(model, "geometry", "poincare") != "poincare":
             raise StartupError(
@@ -147,9 +154,11 @@ class Runtime:
         index.set_cones(self.cones)  # recomputes the holders only when the cones changed
         self._load_tallies()
 
-    def _init_vectors_only(self, index: HyperbolicIndex, image_dir, data_dir) -> None:
-        """A product-space runtime: items carry vectors and payloads, no labels."""
-        self.index, self.labels, self.model = index, None, None
+    def _init_vectors_only(self, index: HyperbolicIndex, image_dir, data_dir, model=None) -> None:
+        """A product-space runtime: items carry vectors and payloads, no labels; a
+        product-space image model (``hypsearch train --space``), if given, embeds
+        pictures (search by image, picture items, ``/v1/embed`` without labels)."""
+        self.index, self.labels, self.model = index, None, model
         self.taxonomy = Taxonomy.from_edges([], nodes=())
         self.curvature = float(index.curvature)
         self.dim = int(index.dim)
@@ -295,7 +304,9 @@ class Runtime:
     def embed_labels(self, x: np.ndarray, k: int = 5) -> list[tuple[str, float]]:
         """The labels of ``/v1/embed``: first the deepest label whose cone holds
         ``x`` (when :attr:`cones_hold` and some cone holds it), then the nearest
-        nodes of the whole taxonomy, ``k`` in all, none twice."""
+        nodes of the whole taxonomy, ``k`` in all, none twice; none in a product space."""
+        if self.product:
+            return []
         near = self.nearest_nodes(x, k)
         holder = self.holder_of(x) if self.cones_hold else None
         if holder is None:
@@ -505,6 +516,8 @@ def open_runtime(settings, index=None) -> Runtime:
                 kw["wordnet_dir"] = settings.wordnet_dir
             model = load_model(spec, **kw) if spec.startswith("pretrained:") else load_model(spec)
             labels = model.labels
+            if getattr(model, "geometry", "poincare") == "product":
+                labels = None  # a mixed-curvature model: vectors of its space, no label points
         elif settings.labels is not None:
             if not Path(settings.labels).is_file():
                 raise StartupError(f"labels: no such file {settings.labels}")
@@ -515,6 +528,13 @@ def open_runtime(settings, index=None) -> Runtime:
             )
     except CheckpointError as e:
         raise StartupError(str(e)) from None
+    if index is None and labels is None:
+        try:
+            index = open_index(
+                settings.index, dim=model.dim, curvature=1.0, space=model.head_cfg.space
+            )
+        except (ValueError, RuntimeError) as e:  # IndexInputError, IndexStoreError
+            raise StartupError(f"index: {e}") from None
     if index is None:
         index = open_index(settings.index, dim=labels.dim, curvature=labels.curvature)
     try:
@@ -524,7 +544,7 @@ def open_runtime(settings, index=None) -> Runtime:
             model,
             image_dir=settings.images_folder,
             data_dir=settings.data_dir,
-            taxonomy=with_words(labels.taxonomy, settings.wordnet_dir),
+            taxonomy=None if labels is None else with_words(labels.taxonomy, settings.wordnet_dir),
             wordnet_dir=settings.wordnet_dir,
         )
     except BaseException:

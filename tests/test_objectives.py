@@ -312,6 +312,38 @@ def test_product_model_builds_an_index_and_answers_search(labels, tmp_path):
     finally:
         index.close()
 
+    from indexing import HyperbolicIndex
+    from service.runtime import Runtime, StartupError
+
+    other = HyperbolicIndex(dim=8, curvature=1.0, space="poincare:4,sphere:4")
+    with pytest.raises(StartupError, match="cannot fill the product-space index poincare:4,sph"):
+        Runtime(other, None, model)
+
+    # `hypsearch serve` serves it: search by picture, /v1/embed without labels,
+    # label features refused with a 422 that says why
+    from service.client import Client, HypsearchError
+    from tests.test_service_support import Server, png_bytes
+
+    args = ["--model", str(path), "--index", str(tmp_path / "idx")]
+    srv = Server(args, tmp_path / "serve.log")
+    try:
+        srv.wait_ready()
+        with Client(srv.url, timeout=60) as hs:
+            stats = hs.stats()
+            assert stats["items"] == 200 and stats["space"] == "poincare:4,sphere:2,euclidean:2"
+            png = png_bytes(plan.images[0])
+            emb = hs.embed(png)
+            assert emb["labels"] == [] and len(emb["vector"]) == 8
+            z0 = model.embed(plan.images[:1])[0].numpy()
+            assert np.allclose(emb["vector"], z0, atol=1e-5)  # PNG round trip of uint8 pixels
+            hits = hs.search_image(png, k=3)["results"]
+            assert hits[0]["id"] == plan.sources[0].id and hits[0]["distance"] < 1e-4
+            with pytest.raises(HypsearchError) as e:
+                hs.search(label="bag.n.04")
+            assert e.value.status == 422 and "product space" in e.value.detail
+    finally:
+        srv.stop()
+
 
 def test_unsupervised_run_writes_a_cluster_taxonomy(tmp_path):
     pytest.importorskip("PIL")
