@@ -70,8 +70,13 @@ def prototype_ce(
     tau: float = 1.0,
     pull: float = 0.0,
     exclude: torch.Tensor | None = None,
+    offset: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Cross-entropy of the logits -d(z, p_k)/tau, plus ``pull`` times the mean d(z, p_y).
+    """Cross-entropy of the logits -(d(z, p_k) - offset_k)/tau, plus ``pull`` times the
+    mean d(z, p_y). ``offset`` (K,), e.g. each prototype's distance from the head's base
+    point (``prototype_logits="busemann"``), removes the prototypes' depth from the
+    softmax: as p_k goes to the boundary, d(z, p_k) - d(m, p_k) tends to the Busemann
+    function of its ideal point, whatever its radius.
 
     z (n, D), protos (K, D), y (n,) in [0, K). The cross-entropy alone is
     satisfied once the right prototype wins by a few units of distance and
@@ -81,7 +86,7 @@ def prototype_ce(
     softmax (with taxonomy nodes as negatives: each image's ancestors).
     """
     d = space.pairwise(z, protos)  # (n, K)
-    logits = -d / tau
+    logits = -d / tau if offset is None else -(d - offset) / tau
     if exclude is not None:  # (n, K) True: neither target nor negative (e.g. the class's ancestors)
         logits = logits.masked_fill(exclude, float("-inf"))
     loss = F.cross_entropy(logits, y)
@@ -247,13 +252,33 @@ def _prototype(cfg, space: Space, protos: Prototypes) -> Criterion:
     if sample > 0 and len(protos.points) > len(protos.classes) + sample:
         return _sampled_prototype(cfg, space, protos, sample)
 
+    offset = prototype_offsets(cfg, space, protos.points)
+
     def criterion(z, y):
         exclude = None if protos.exclude is None else protos.exclude[y]
         return prototype_ce(
-            z, protos.points, protos.target[y], space, cfg.tau, cfg.pull, exclude=exclude
+            z,
+            protos.points,
+            protos.target[y],
+            space,
+            cfg.tau,
+            cfg.pull,
+            exclude=exclude,
+            offset=offset,
         )
 
     return criterion
+
+
+def prototype_offsets(cfg, space: Space, points: torch.Tensor) -> torch.Tensor | None:
+    """``cfg.prototype_logits``: "distance" -> None; "busemann" -> each prototype's
+    distance from the head's base point (the twin: its tangent norm), (M,)."""
+    kind = getattr(cfg, "prototype_logits", "distance")
+    if kind == "distance":
+        return None
+    if kind != "busemann":
+        raise ValueError(f"unknown prototype logits {kind!r} (distance or busemann)")
+    return space.to_base(points).detach()
 
 
 def sampled_columns(m: int, must: torch.Tensor, sample: int, gen=None) -> torch.Tensor:
@@ -275,6 +300,7 @@ def _sampled_prototype(cfg, space: Space, protos: Prototypes, sample: int) -> Cr
     flat however many taxonomy nodes there are; every node sampled, it is the full loss."""
     gen = torch.Generator().manual_seed(cfg.seed * 31337 + 5)
     m = len(protos.points)
+    offset = prototype_offsets(cfg, space, protos.points)
 
     def criterion(z, y):
         cols = sampled_columns(m, protos.target, sample, gen)
@@ -282,7 +308,14 @@ def _sampled_prototype(cfg, space: Space, protos: Prototypes, sample: int) -> Cr
         pos[cols] = torch.arange(len(cols))
         exclude = None if protos.exclude is None else protos.exclude[:, cols][y]
         return prototype_ce(
-            z, protos.points[cols], pos[protos.target[y]], space, cfg.tau, cfg.pull, exclude
+            z,
+            protos.points[cols],
+            pos[protos.target[y]],
+            space,
+            cfg.tau,
+            cfg.pull,
+            exclude,
+            None if offset is None else offset[cols],
         )
 
     return criterion

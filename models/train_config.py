@@ -48,6 +48,8 @@ class TrainConfig:
     negatives: str = "taxonomy"  # prototype losses: "classes" (the trained classes) or "taxonomy"
     # (every taxonomy node except the class's ancestors and the held-out subtrees)
     tau: float = 1.0  # temperature of prototype / pairwise / ntxent logits -d/tau
+    prototype_logits: str = "distance"  # or "busemann": -(d(z, p) - d(m, p))/tau, the
+    # prototypes' depth taken out of the softmax (losses.prototype_offsets)
     pull: float = 0.3  # prototype loss: weight of the mean distance to the class prototype
     margin: float = 1.0  # margin rank loss
     cone_weight: float = 0.0  # labelled objectives on the ball: weight of the cone hinge
@@ -150,6 +152,10 @@ class TrainConfig:
         if self.contrastive not in ("none", "hyperbolic", "euclidean"):
             raise TrainError(
                 f"unknown contrastive similarity {self.contrastive!r} (hyperbolic or euclidean)"
+            )
+        if self.prototype_logits not in ("distance", "busemann"):
+            raise TrainError(
+                f"unknown prototype logits {self.prototype_logits!r} (distance or busemann)"
             )
         if self.ssl not in ("none", "byol", "barlow"):
             raise TrainError(f"unknown ssl term {self.ssl!r} (byol or barlow)")

@@ -436,3 +436,40 @@ def test_cli_bad_objective_options(tmp_path, capsys):
             rc = e.code
         err = capsys.readouterr().err.strip().splitlines()
         assert rc == 2 and len(err) == 1 and message in err[0], (extra, err)
+
+
+def test_busemann_logits_take_the_prototypes_depth_out():
+    """prototype_logits="busemann": d(z, p) - d(m, p) for a label point deep along a ray
+    barely changes when it moves deeper (its Busemann limit), while d(z, p) grows by the
+    step; prototype_ce with those offsets equals the softmax computed by hand."""
+    from types import SimpleNamespace
+
+    from models.losses import prototype_offsets
+
+    g = torch.Generator().manual_seed(3)
+    z = poincare.expmap0(torch.randn(5, 4, generator=g, dtype=torch.float64) * 0.7, c=1.0)
+    u = torch.nn.functional.normalize(torch.randn(3, 4, generator=g, dtype=torch.float64), dim=1)
+    cfg = SimpleNamespace(prototype_logits="busemann")
+    for base in (None, poincare.expmap0(u[0] * 0.3, c=1.0)):
+        space = make_space("poincare", 1.0, base=base)
+        rel = []
+        for rho in (12.0, 18.0):
+            p = poincare.expmap0(u * rho / 2, c=1.0)  # hyperbolic radius rho
+            off = prototype_offsets(cfg, space, p)
+            rel.append(space.pairwise(z, p) - off)
+            assert torch.isfinite(rel[-1]).all()
+        assert torch.allclose(rel[0], rel[1], atol=1e-3)  # depth-free
+        d12 = space.pairwise(z, poincare.expmap0(u * 6.0, c=1.0))
+        d18 = space.pairwise(z, poincare.expmap0(u * 9.0, c=1.0))
+        assert torch.allclose(d18 - d12, torch.full_like(d12, 6.0), atol=1e-2)  # plain d grows
+    y = torch.tensor([0, 1, 2, 0, 1])
+    p = poincare.expmap0(u * 4.0, c=1.0)
+    off = prototype_offsets(cfg, BALL, p)
+    got = prototype_ce(z, p, y, BALL, tau=0.5, offset=off)
+    logits = -(BALL.pairwise(z, p) - off) / 0.5
+    want = -(logits.log_softmax(1).gather(1, y[:, None])).mean()
+    assert torch.allclose(got, want, atol=1e-12)
+    assert prototype_offsets(SimpleNamespace(prototype_logits="distance"), BALL, p) is None
+    twin = make_space("euclidean", 1.0)
+    off = prototype_offsets(cfg, twin, twin.from_ball(p))
+    assert torch.allclose(off, torch.full((3,), 4.0, dtype=off.dtype))

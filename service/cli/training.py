@@ -51,6 +51,7 @@ _TRAIN_FIELDS = (
     "negatives",
     "pull",
     "tau",
+    "prototype_logits",
     "cone_weight",
     "placement",
     "unfreeze",
@@ -281,6 +282,13 @@ def add_commands(sub) -> None:
     )
     tn.add_argument(
         "--tau", type=positive_float, default=None, help="temperature of the logits -d/tau"
+    )
+    tn.add_argument(
+        "--prototype-logits",
+        choices=["distance", "busemann"],
+        default=None,
+        help="prototype loss logits: -d(z, p)/tau (default) or -(d(z, p) - d(m, p))/tau, "
+        "the label points' depth taken out (their Busemann limit)",
     )
     tn.add_argument("--encoder", default="conv4", choices=["conv4", "resnet18"])
     tn.add_argument(
