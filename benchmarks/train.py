@@ -29,6 +29,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -44,6 +45,12 @@ OBJ_START, OBJ_END = "<!-- train-objectives:start -->", "<!-- train-objectives:e
 OBJECTIVES: dict[str, tuple[str, list[str]]] = {
     "default": ("default", []),
     "twin (--geometry euclidean)": ("default", ["--geometry", "euclidean"]),
+    "--prototype-logits busemann": ("default", ["--prototype-logits", "busemann"]),
+    "twin, --prototype-logits busemann": (
+        "default",
+        ["--geometry", "euclidean", "--prototype-logits", "busemann"],
+    ),
+    "--placement cones": ("default", ["--placement", "cones"]),
     "--hier-weight 1": ("default", ["--hier-weight", "1"]),
     "--classifier hmlr": ("default", ["--classifier", "hmlr"]),
     "--contrastive hyperbolic": ("default", ["--contrastive", "hyperbolic"]),
@@ -295,7 +302,8 @@ def run_objectives(args, labels: Path, home: Path, env: dict) -> int:
     for i, name in enumerate(names):
         kind, flags = OBJECTIVES[name]
         lab = _objective_labels(kind, home, labels, env)
-        model = args.out_dir / f"obj{list(OBJECTIVES).index(name)}.safetensors"
+        slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+        model = args.out_dir / f"obj-{slug}.safetensors"  # stable when rows are added
         info_path = model.with_suffix(".train.json")
         ev_path = model.with_suffix(".eval.json")
         if args.reuse and info_path.exists() and ev_path.exists():
