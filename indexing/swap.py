@@ -18,7 +18,10 @@ before they open a folder) rolls a
 half-done swap forward: with a marker, the new folder ends at the path whatever
 step the crash stopped at; without one (a crash before the marker), the old
 folder is the index and leftover stages are removed. So a reader opens either
-the old index or the new one, whole, never a mix.
+the old index or the new one, whole, never a mix. A restore holds
+:func:`swap_lock` from staging to the end, and :func:`recover` touches nothing
+while it is held (another process opening the index meanwhile, or the restore
+itself opening the new folder).
 
 Both folders must be closed while they move: SQLite in WAL mode keeps file
 *names* (closing a store checkpoints and unlinks ``<folder>/store.sqlite3-wal``
@@ -28,18 +31,20 @@ and the new one opened at the path after it.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from models.fileio import atomic_write_bytes
 
 from .store import fsync_dir
 
-__all__ = ["STEPS", "recover", "stage_path", "swap_in"]
+__all__ = ["STEPS", "recover", "stage_path", "swap_in", "swap_lock"]
 
 #: the points of :func:`swap_in` at which its ``hook`` is called (crash tests stop there)
 STEPS = ("swap-marked", "swap-old-moved", "swap-new-moved", "swap-committed")
@@ -103,10 +108,53 @@ def _carry(old: Path, new: Path, names) -> None:
         fsync_dir(new)
 
 
-def recover(path: str | os.PathLike) -> str | None:
-    """Finish (roll forward) a swap of ``path`` that a crash interrupted, and remove
-    what a swap left behind. Returns what was done (``None``: nothing)."""
+@contextmanager
+def swap_lock(path: str | os.PathLike, *, wait: bool = True) -> Iterator[bool]:
+    """Hold ``<parent>/.<name>.swap.lock`` (``flock``): a restore holds it from the
+    moment it stages the new folder until the swap is done, and :func:`recover`
+    leaves the folders alone while anyone holds it (it is released when a process
+    dies). Yields whether the lock is held (``wait=False``: maybe not)."""
     path = Path(path)
+    if not path.parent.is_dir():
+        yield True
+        return
+    fd = os.open(path.parent / f".{path.name}.swap.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def recover(path: str | os.PathLike, *, held: bool = False) -> str | None:
+    """Finish (roll forward) a swap of ``path`` that a crash interrupted, and remove
+    what a swap left behind; nothing while a swap of ``path`` runs (its
+    :func:`swap_lock` is held), unless ``held`` (the caller holds it: a swap that
+    failed in this process). Returns what was done (``None``: nothing)."""
+    path = Path(path)
+    if not _marker(path).exists() and not _leftovers(path):
+        return None  # the usual case: one stat and one listing, no lock file written
+    if held:
+        return _recover(path)
+    with swap_lock(path, wait=False) as free:
+        return _recover(path) if free else None
+
+
+def _leftovers(path: Path) -> list[Path]:
+    parent = path.parent
+    if not parent.is_dir():
+        return []
+    return [*parent.glob(f".{path.name}.restore-*"), *parent.glob(f".{path.name}.old-*")]
+
+
+def _recover(path: Path) -> str | None:
     parent = path.parent
     marker = _marker(path)
     done = None
@@ -126,13 +174,18 @@ def recover(path: str | os.PathLike) -> str | None:
             os.replace(stage, path)
             fsync_dir(parent)
             done = f"finished the swap of {path} (the restored folder is in place)"
+        elif doc is not None and not path.exists() and old.is_dir():
+            # the new folder is gone (removed by hand?): the old one goes back
+            os.replace(old, path)
+            fsync_dir(parent)
+            done = f"rolled back the swap of {path} (its new folder was missing)"
         elif doc is not None:
             done = f"finished the swap of {path} (cleaned up)"
         else:
             done = f"removed an unreadable swap marker of {path}"
         marker.unlink()
         fsync_dir(parent)
-    for p in [*parent.glob(f".{path.name}.restore-*"), *parent.glob(f".{path.name}.old-*")]:
+    for p in _leftovers(path):
         shutil.rmtree(p, ignore_errors=True)
         done = done or f"removed {p.name}, left by an interrupted restore"
     return done

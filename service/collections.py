@@ -24,7 +24,10 @@ Requests reach a collection through :meth:`Collections.acquire` (by
 (runtime, search worker, embedding worker) and holds a lease on it until the
 request is answered, so a dropped or restored collection is closed only once the
 requests still using it are done: concurrent searches see the old or the new
-state, never an error.
+state, never an error. The default collection is leased the same way, through its
+:class:`DefaultSlot`, and is restored in place (:meth:`Collections._restore_default`:
+its index folder is the one ``HYPSEARCH_INDEX`` names, swapped by
+:func:`indexing.swap.swap_in`).
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ from indexing import HyperbolicIndex, IndexInputError
 from indexing.build import BuildInputError, OutsideRootsError, check_under_roots
 from indexing.geometry import IndexSpace, PoincareIndexSpace, make_index_space
 from indexing.store import fsync_dir
-from indexing.swap import STEPS, stage_path, swap_in
+from indexing.swap import STEPS, recover, stage_path, swap_in, swap_lock
 from models.fileio import atomic_write_bytes
 
 from .errors import ApiError
@@ -841,32 +844,37 @@ class Collections:
                     "a named collection and point an alias at it",
                 )
             path = Path(path)
-            stage = stage_path(path)
-            swapping = False
-            try:
-                _verify_tar(tar, stage)
-                staged = HyperbolicIndex.load(stage)
-                try:
-                    got = _space_name(make_index_space(staged.dim, staged.curvature, staged.space))
-                finally:
-                    staged.close()
-                if got != old.runtime.space_name:
-                    raise ApiError(
-                        422,
-                        f"snapshot: its index is {got}, the collection's space is "
-                        f"{old.runtime.space_name}",
-                    )
-                _crash_point("restore-staged")
-                holding = self._jobs.hold(RESTORING, "restore it") if self._jobs else _no_hold()
-                with holding:
-                    swapping = True  # from here a failure leaves the stage to indexing.swap
-                    served = self._swap_default(old, path, stage)
-            except BaseException:
-                if not swapping:
-                    shutil.rmtree(stage, ignore_errors=True)
-                raise
+            with swap_lock(path):
+                return self._restore_default_at(old, path, tar, sid)
         finally:
             self._default_lock.release()
+
+    def _restore_default_at(self, old: Served, path: Path, tar: Path, sid: str) -> dict[str, Any]:
+        stage = stage_path(path)
+        swapping = False
+        try:
+            _verify_tar(tar, stage)
+            staged = HyperbolicIndex.load(stage)
+            try:
+                got = _space_name(make_index_space(staged.dim, staged.curvature, staged.space))
+            finally:
+                staged.close()
+            if got != old.runtime.space_name:
+                raise ApiError(
+                    422,
+                    f"snapshot: its index is {got}, the collection's space is "
+                    f"{old.runtime.space_name}",
+                )
+            _crash_point("restore-staged")
+            holding = self._jobs.hold(RESTORING, "restore it") if self._jobs else _no_hold()
+            with holding:
+                swapping = True  # from here a failure leaves the stage to indexing.swap
+                served = self._swap_default(old, path, stage)
+        except BaseException:
+            if not swapping:
+                shutil.rmtree(stage, ignore_errors=True)
+            raise
+
         return {
             "collection": DEFAULT,
             "snapshot": sid,
@@ -878,6 +886,7 @@ class Collections:
         self.slot.begin_swap()  # new requests wait from here
         try:
             if not old.wait_idle(DRAIN_SECONDS):
+                shutil.rmtree(stage, ignore_errors=True)
                 raise ApiError(
                     503,
                     f"collection: requests still used the default collection after "
@@ -913,6 +922,9 @@ class Collections:
     def _reopen_default(self, old: Served, path: Path) -> Served | None:
         """After a failed swap: whatever index is at the path (old or restored), or none."""
         try:
+            done = recover(path, held=True)  # this restore holds the swap lock
+            if done:
+                log.warning("%s", done)
             index = HyperbolicIndex.load(path)
         except Exception:  # noqa: BLE001 - logged; the collection answers 503 then
             log.exception("reopening the default collection failed")

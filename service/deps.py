@@ -197,7 +197,12 @@ async def get_searcher(services: ServicesDep, _rt: RuntimeDep) -> MicroBatcher:
 SearcherDep = Annotated[MicroBatcher, Depends(get_searcher)]
 
 
-async def get_jobs(services: ServicesDep, _rt: RuntimeDep) -> JobManager:
+async def get_jobs(request: Request) -> JobManager:
+    """The index jobs, without a lease on the default collection: a job's thread
+    writes through :meth:`JobManager.hold`'s guard instead, so during an in-place
+    restore a new job is refused at once (409) rather than waiting for it."""
+    services = request.app.state.services
+    await get_runtime(services)  # 503 while loading
     assert services.jobs is not None
     return services.jobs
 
