@@ -32,6 +32,7 @@ and the new one opened at the path after it.
 from __future__ import annotations
 
 import fcntl
+import glob
 import json
 import os
 import shutil
@@ -151,7 +152,8 @@ def _leftovers(path: Path) -> list[Path]:
     parent = path.parent
     if not parent.is_dir():
         return []
-    return [*parent.glob(f".{path.name}.restore-*"), *parent.glob(f".{path.name}.old-*")]
+    name = glob.escape(path.name)
+    return [*parent.glob(f".{name}.restore-*"), *parent.glob(f".{name}.old-*")]
 
 
 def _recover(path: Path) -> str | None:
