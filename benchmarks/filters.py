@@ -15,7 +15,10 @@
 ::
 
     python benchmarks/filters.py [--n 100000] [--batch 10000] [--single 300]
-        [--labels var/load/labels.safetensors] [--write-readme]
+        [--labels var/load/labels.safetensors] [--batch-only] [--write-readme]
+
+``--batch-only`` runs part 2 alone and, with ``--write-readme``, replaces only
+the REST rows of the README's table (with a line saying when they were measured).
 
 Prints a markdown table; ``--write-readme`` puts it into README.md between
 ``<!-- filters-bench:start -->`` and ``<!-- filters-bench:end -->``.
@@ -159,7 +162,6 @@ def batch_upserts(labels: Path, single: int, batch: int) -> dict:
 def table(s: dict, b: dict, load0: float, argv: str) -> str:
     when = dt.date.today().isoformat()
     ratio = s["filtered_qps"] / s["unfiltered_qps"]
-    speed = b["batch_ips"] / b["single_ips"]
     return "\n".join(
         [
             f"Measured {when} on {platform.node() or 'this machine'} ({cpu_model()}, "
@@ -177,13 +179,41 @@ def table(s: dict, b: dict, load0: float, argv: str) -> str:
             f"| filtered search, one query at a time | {s['filtered_qps']:.0f} q/s "
             f"({ratio:.2f}x unfiltered) | >= 0.33x |",
             f"| filtered recall@10 (vs exact filtered k-NN) | {s['recall']:.3f} | >= 0.99 |",
-            f"| REST: single `PUT /v1/items/{{id}}` ({b['single']} items) | "
-            f"{b['single_ips']:.0f} items/s | |",
-            f"| REST: one `POST /v1/items/batch` of {b['batch']:,} items | "
-            f"{b['batch_ips']:.0f} items/s ({b['batch_s']:.1f} s; {speed:.0f}x single PUTs) "
-            f"| >= 10x |",
+            *batch_rows(b),
         ]
     )
+
+
+def batch_rows(b: dict) -> list[str]:
+    speed = b["batch_ips"] / b["single_ips"]
+    return [
+        f"| REST: single `PUT /v1/items/{{id}}` ({b['single']} items) | "
+        f"{b['single_ips']:.0f} items/s | |",
+        f"| REST: one `POST /v1/items/batch` of {b['batch']:,} items | "
+        f"{b['batch_ips']:.0f} items/s ({b['batch_s']:.1f} s; {speed:.0f}x single PUTs) "
+        f"| >= 10x |",
+    ]
+
+
+BATCH_NOTE = "REST rows measured again"
+
+
+def with_new_batch_rows(block: str, b: dict, load0: float, argv: str) -> str:
+    """The README's table with its REST rows (only) measured again (``--batch-only``)."""
+    keep = [
+        line
+        for line in block.strip("\n").split("\n")
+        if not line.startswith("| REST:") and not line.startswith(BATCH_NOTE)
+    ]
+    while keep and not keep[-1].strip():
+        keep.pop()
+    note = (
+        f"{BATCH_NOTE} {dt.date.today().isoformat()} on {platform.node() or 'this machine'} "
+        f"({cpu_model()}, {os.cpu_count()} cores), load average {load0:.1f} at the start and "
+        f"{os.getloadavg()[0]:.1f} at the end (measured while other jobs shared the cores); "
+        f"`python benchmarks/filters.py {argv}`."
+    )
+    return "\n".join([*keep, *batch_rows(b), "", note])
 
 
 def main() -> None:
@@ -193,6 +223,11 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=10_000)
     ap.add_argument("--single", type=int, default=300)
     ap.add_argument("--labels", type=Path, default=ROOT / "var" / "load" / "labels.safetensors")
+    ap.add_argument(
+        "--batch-only",
+        action="store_true",
+        help="measure only the REST upserts and update only those rows of the README table",
+    )
     ap.add_argument("--write-readme", action="store_true")
     ap.add_argument("--readme", default=None)
     args = ap.parse_args()
@@ -202,6 +237,17 @@ def main() -> None:
 
     torch.set_num_threads(1)
     load0 = os.getloadavg()[0]
+    if args.batch_only:  # the REST rows only; the search rows of the README stay
+        b = batch_upserts(args.labels, args.single, args.batch)
+        print(b, file=sys.stderr)
+        readme = Path(args.readme) if args.readme else ROOT / "README.md"
+        body = readme.read_text(encoding="utf-8")
+        if START not in body or END not in body:
+            raise SystemExit(f"--batch-only: {readme} has no filters table to update")
+        block = body[body.index(START) + len(START) : body.index(END)]
+        argv = " ".join(sys.argv[1:])
+        report(with_new_batch_rows(block, b, load0, argv), START, END, args.write_readme, readme)
+        return
     s = filtered_search(args.n, args.queries)
     print(s, file=sys.stderr)
     b = batch_upserts(args.labels, args.single, args.batch)

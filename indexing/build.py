@@ -32,6 +32,7 @@ index jobs and the demo::
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -45,6 +46,8 @@ import numpy as np
 
 from models.data import DataError, Listing, list_folder, list_manifest, list_photos, map_class
 from models.imaging import DEFAULT_MAX_PIXELS, ImageDecodeError, decode
+
+log = logging.getLogger("indexing")
 
 __all__ = [
     "BuildInputError",
@@ -171,12 +174,17 @@ def open_index(path: str | os.PathLike, *, dim: int, curvature: float, **kw):
     """The index stored at ``path``, or a new empty one of that space there.
 
     An existing index is opened as it is (its own space: the caller compares it
-    with what it will add). Raises :class:`indexing.IndexStoreError` /
+    with what it will add), after :func:`indexing.swap.recover` has finished a
+    swap of that folder that a crash interrupted. Raises :class:`indexing.IndexStoreError` /
     :class:`indexing.IndexInputError` when it cannot be opened."""
     from .index import HyperbolicIndex
     from .store import STORE_FILE
+    from .swap import recover
 
     folder = Path(path)
+    done = recover(folder)  # a restore in place that a crash interrupted
+    if done:
+        log.warning("%s", done)
     if (folder / STORE_FILE).exists():
         kw.pop("space", None)  # it has its own space
         return HyperbolicIndex.load(folder, **kw)

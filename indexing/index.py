@@ -47,6 +47,7 @@ from .snapshot import (
     save_snapshot,
 )
 from .store import STORE_FILE, Store
+from .swap import recover
 from .table import ItemBatch
 from .validation import (
     check_folder,
@@ -140,6 +141,9 @@ class HyperbolicIndex:
         backend configuration and parameters recorded in the manifest.
         """
         folder = Path(path)
+        done = recover(folder)  # a swap of this folder (indexing.swap) a crash interrupted
+        if done:
+            log.warning("%s", done)
         if not (folder / STORE_FILE).exists():
             raise FileNotFoundError(f"no index store at {folder / STORE_FILE}")
         store = Store(folder, create=False)

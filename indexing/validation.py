@@ -73,6 +73,9 @@ def check_labels(labels, n: int, name: str = "labels") -> list[str | None]:
     return labels
 
 
+_PAYLOAD_JSON = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
+
+
 def check_payloads(payloads, n: int) -> list[str | None]:
     if payloads is None:
         return [None] * n
@@ -82,12 +85,13 @@ def check_payloads(payloads, n: int) -> list[str | None]:
     if len(payloads) != n:
         raise IndexInputError(f"payloads: {len(payloads)} payloads for {n} vectors")
     out = []
+    encode = _PAYLOAD_JSON.encode  # one encoder for the batch (json.dumps makes one a call)
     for j, p in enumerate(payloads):
         if p is None:
             out.append(None)
             continue
         try:
-            out.append(json.dumps(p, allow_nan=False, separators=(",", ":")))
+            out.append(encode(p))
         except (TypeError, ValueError) as exc:
             raise IndexInputError(f"payloads[{j}]: not JSON-serialisable ({exc})") from None
     return out

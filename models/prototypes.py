@@ -171,21 +171,33 @@ def deepest_holder(
         raise ValueError("deepest_holder needs at least one label")
     kids, roots = _children_table(names, children_of)
     out: list[str | None] = [None] * len(x)
-    step = max(1, _CHUNK // max(1, len(names) * lp.shape[1]))
-    for a in range(0, len(x), step):
-        m = cones.membership_margin_np(lp[None, :, :], x[a : a + step, None, :], spec, c=c)
-        held = m >= -tol  # (b, m)
-        for b in range(len(m)):
-            cur = -1
-            cand = roots
-            for _ in range(len(names)):  # a DAG: every step goes one level deeper
-                ok = [j for j in cand if held[b, j]]
-                if not ok:
-                    break
-                cur = max(ok, key=lambda j: m[b, j])
-                cand = kids[cur]
-            if cur >= 0:
-                out[a + b] = names[cur]
+    # the descent, one level at a time for every point still going down: the points
+    # standing at the same label share its children, so each label's cones are
+    # compared with only the points that reached it (a path's labels, not all m)
+    cur = np.full(len(x), -1, dtype=np.int64)  # the label reached (-1: above the roots)
+    going = np.arange(len(x))
+    for _ in range(len(names) + 1):  # a DAG: every step goes one level deeper
+        if len(going) == 0:
+            break
+        at, groups, counts = np.unique(cur[going], return_inverse=True, return_counts=True)
+        by_label = np.split(going[np.argsort(groups, kind="stable")], np.cumsum(counts)[:-1])
+        still = []
+        for u, rows in zip(at.tolist(), by_label, strict=True):
+            cand = np.asarray(roots if u < 0 else kids[u], dtype=np.int64)
+            if len(cand) == 0:
+                continue
+            step = max(1, _CHUNK // max(1, len(cand) * lp.shape[1]))
+            for a in range(0, len(rows), step):
+                r = rows[a : a + step]
+                m = cones.membership_margin_np(lp[None, cand, :], x[r, None, :], spec, c=c)
+                held = m >= -tol  # (b, k)
+                best = np.argmax(np.where(held, m, -np.inf), axis=1)  # ties: the first
+                ok = held[np.arange(len(r)), best]
+                cur[r[ok]] = cand[best[ok]]
+                still.append(r[ok])
+        going = np.concatenate(still) if still else going[:0]
+    for i in np.flatnonzero(cur >= 0).tolist():
+        out[i] = names[cur[i]]
     lost = [i for i, v in enumerate(out) if v is None]
     if lost:
         if fallback is None:

@@ -115,12 +115,21 @@ def _served(services: Services, runtime: Runtime) -> Served:
     return Served(runtime, searcher, batcher)
 
 
-def _default_served(services: Services) -> Served:
-    if services.runtime is None:
-        if services.load_error:
-            raise ApiError(503, "the default collection could not be loaded")
-        raise ApiError(503, "the default collection is still loading; retry shortly")
-    return Served(services.runtime, services.searcher, services.batcher, owned=False)
+def _unloaded(services: Services) -> ApiError:
+    """The answer for the default collection while it holds no index."""
+    if services.load_error:
+        return ApiError(503, "the default collection could not be loaded")
+    return ApiError(503, "the default collection is still loading; retry shortly")
+
+
+def _use_default(services: Services, served: Served) -> None:
+    """Make ``served`` the default collection's (at start, and after an in-place restore)."""
+    runtime = served.runtime
+    services.searcher = served.searcher
+    services.runtime = runtime
+    services.batcher = served.batcher
+    services.metrics.items.set_function(lambda: len(runtime))
+    services.slot.set(served)
 
 
 def _load_collections(services: Services) -> None:
@@ -130,12 +139,14 @@ def _load_collections(services: Services) -> None:
     services.collections.load()
 
 
+def _restored(services: Services, served: Served) -> None:
+    """The default collection after an in-place restore: its runtime is the app's own."""
+    services.owns_runtime = True
+    _use_default(services, served)
+
+
 def _start(services: Services, runtime: Runtime) -> None:
-    served = _served(services, runtime)
-    services.searcher = served.searcher
-    services.runtime = runtime
-    services.batcher = served.batcher
-    services.metrics.items.set_function(lambda: len(runtime))
+    _use_default(services, _served(services, runtime))
     services.metrics.ready.set(1)
     services.ready.set()
     if services.announce:
@@ -192,7 +203,12 @@ def create_app(
         setup_logging(settings.log_level, settings.log_json)
         services.jobs = JobManager(lambda: services.runtime, settings, metrics)
         services.collections = Collections(
-            settings, lambda: _default_served(services), lambda rt: _served(services, rt)
+            settings,
+            services.slot,
+            lambda rt: _served(services, rt),
+            unloaded=lambda: _unloaded(services),
+            jobs=services.jobs,
+            on_default=lambda served: _restored(services, served),
         )
         if runtime is not None:
             _start(services, runtime)
@@ -208,12 +224,13 @@ def create_app(
         finally:
             services.collections.close()
             services.jobs.close()
-            if services.batcher is not None:
-                services.batcher.close()
-            if services.searcher is not None:
-                services.searcher.close()
-            if services.owns_runtime and services.runtime is not None:
-                services.runtime.close()
+            served = services.slot.served
+            if served is not None:
+                if served.batcher is not None:
+                    served.batcher.close()
+                served.searcher.close()
+                if services.owns_runtime:
+                    served.runtime.close()
 
     swagger = _local_swagger_ui()
     app = FastAPI(

@@ -391,14 +391,21 @@ class Client:
         return dest
 
     def restore_snapshot(self, snapshot: str, collection: str | None = None) -> Json:
-        """``POST .../snapshots/{id}/restore``: atomically, checksums verified."""
+        """``POST .../snapshots/{id}/restore``: atomically, checksums verified.
+
+        Without ``collection``, the default collection is restored in place (at its
+        ``HYPSEARCH_INDEX`` folder): requests meanwhile wait for it and then see the
+        restored items; 409 while an index job runs (it names the job), and new jobs
+        get 409 while the restore runs. A crash midway comes back whole (the old
+        index or the restored one) at the next start."""
         url = f"{self._snaps(collection)}/{quote(snapshot, safe='')}/restore"
         return self._json("POST", url, scoped=False)
 
     def upload_snapshot(
         self, path: str | os.PathLike, collection: str | None = None, *, sha256: str | None = None
     ) -> Json:
-        """Restore a downloaded snapshot tar into the collection (``POST .../snapshots/upload``)."""
+        """Restore a downloaded snapshot tar into the collection (``POST .../snapshots/upload``);
+        the default collection (no ``collection``) in place, as :meth:`restore_snapshot`."""
         with open(path, "rb") as f:
             files = {"file": (Path(path).name, f, "application/x-tar")}
             params = _drop_none({"sha256": sha256})

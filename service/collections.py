@@ -24,11 +24,15 @@ Requests reach a collection through :meth:`Collections.acquire` (by
 (runtime, search worker, embedding worker) and holds a lease on it until the
 request is answered, so a dropped or restored collection is closed only once the
 requests still using it are done: concurrent searches see the old or the new
-state, never an error.
+state, never an error. The default collection is leased the same way, through its
+:class:`DefaultSlot`, and is restored in place (:meth:`Collections._restore_default`:
+its index folder is the one ``HYPSEARCH_INDEX`` names, swapped by
+:func:`indexing.swap.swap_in`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import hashlib
 import json
@@ -48,6 +52,7 @@ from indexing import HyperbolicIndex, IndexInputError
 from indexing.build import BuildInputError, OutsideRootsError, check_under_roots
 from indexing.geometry import IndexSpace, PoincareIndexSpace, make_index_space
 from indexing.store import fsync_dir
+from indexing.swap import STEPS, recover, stage_path, swap_in, swap_lock
 from models.fileio import atomic_write_bytes
 
 from .errors import ApiError
@@ -78,6 +83,13 @@ LABELS_FILE = "labels.safetensors"
 CAP_SPEC = {"theta0": 2.5, "beta": 0.5}
 #: how long a dropped or replaced collection waits for the requests still using it
 DRAIN_SECONDS = 60.0
+#: how long a request waits for an in-place restore of the default collection
+SWAP_WAIT_SECONDS = 120.0
+RESTORING = "collection: the default collection is being restored; retry shortly"
+RETIRED = "collection: it was restored or dropped while this write waited; retry"
+#: stops the process at a step of an in-place restore (crash tests): one of RESTORE_STEPS
+CRASH_ENV = "HYPSEARCH_TEST_CRASH_AT"
+RESTORE_STEPS = ("restore-staged", "restore-closed", *STEPS)
 
 
 @dataclass(eq=False)
@@ -102,13 +114,18 @@ class Served:
             if self._leases <= 0:
                 self._cond.notify_all()
 
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no request holds a lease (``False``: still used after ``timeout``)."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._leases <= 0, timeout=timeout)
+
     def close_when_idle(self, then: Callable[[], None] | None = None) -> None:
         """In a thread: wait until no request uses it (at most :data:`DRAIN_SECONDS`),
         close the workers and the index, then call ``then`` (remove its folder)."""
 
         def run() -> None:
-            with self._cond:
-                self._cond.wait_for(lambda: self._leases <= 0, timeout=DRAIN_SECONDS)
+            self.wait_idle(DRAIN_SECONDS)
+            self.runtime.retire(RETIRED)
             self.close()
             if then is not None:
                 try:
@@ -123,6 +140,53 @@ class Served:
             self.batcher.close()
         self.searcher.close()
         self.runtime.close()
+
+
+class DefaultSlot:
+    """The default collection's :class:`Served`, leased by every request that uses it
+    (:func:`service.deps.get_services`, the search fast path), and swapped by an
+    in-place restore: :meth:`begin_swap` makes new requests wait (:meth:`acquire`
+    with ``wait``) until :meth:`end_swap` hands them the restored one."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self.served: Served | None = None
+        self.swapping = False
+
+    def set(self, served: Served | None) -> None:
+        with self._cond:
+            self.served = served
+            self.swapping = False
+            self._cond.notify_all()
+
+    def try_acquire(self) -> Served | None:
+        """A lease on the current one, or ``None`` (a swap runs, or none is loaded yet)."""
+        with self._cond:
+            if self.swapping or self.served is None:
+                return None
+            return self.served.acquire()
+
+    def acquire(self, wait: float = 0.0) -> Served | None:
+        """A lease, waiting up to ``wait`` seconds for a swap to end (503 after);
+        ``None`` while nothing is loaded. Blocks: call it off the event loop."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: not self.swapping, timeout=wait):
+                raise ApiError(503, RESTORING)
+            return None if self.served is None else self.served.acquire()
+
+    def begin_swap(self) -> Served:
+        with self._cond:
+            if self.swapping:
+                raise ApiError(409, "collection: a restore of the default collection is running")
+            if self.served is None:
+                raise ApiError(503, "the default collection is not loaded")
+            self.swapping = True
+            return self.served
+
+    def end_swap(self, served: Served | None) -> None:
+        """Hand ``served`` (the restored one, or the old one when the swap was called
+        off) to the requests waiting."""
+        self.set(served)
 
 
 @dataclass
@@ -163,21 +227,32 @@ def check_name(name: str, what: str = "name") -> str:
 class Collections:
     """The registry of collections and aliases of one service (see the module docstring).
 
-    ``default``: a function answering the default collection's :class:`Served`
-    (or raising its 503); ``start``: builds the :class:`Served` of a runtime (its
-    search worker, and its embedding worker when it has a model)."""
+    ``slot``: the default collection's :class:`DefaultSlot`; ``unloaded``: the
+    error answered while it holds nothing (loading, or loading failed);
+    ``start``: builds the :class:`Served` of a runtime (its search worker, and its
+    embedding worker when it has a model); ``jobs``: the index jobs (held off
+    while the default collection is restored in place); ``on_default``: called
+    with the restored default :class:`Served` (the app's fields and metrics)."""
 
     def __init__(
         self,
         settings,
-        default: Callable[[], Served],
+        slot: DefaultSlot,
         start: Callable[[Runtime], Served],
+        *,
+        unloaded: Callable[[], ApiError] = lambda: ApiError(503, "the service is starting"),
+        jobs=None,
+        on_default: Callable[[Served], None] | None = None,
     ) -> None:
         self.settings = settings
         self.root = Path(settings.home) / "collections"
-        self._default = default
+        self.slot = slot
+        self._unloaded = unloaded
         self._start = start
+        self._jobs = jobs
+        self._on_default = on_default
         self._lock = threading.RLock()  # changes of the registry, one at a time
+        self._default_lock = threading.Lock()  # in-place restores of the default collection
         self._entries: dict[str, _Entry] = {}
         self._aliases: dict[str, str] = {}
         self.loaded = threading.Event()
@@ -259,11 +334,16 @@ class Collections:
             raise ApiError(503, "the collections are still loading; retry shortly")
         raise ApiError(404, f"collection: no collection or alias {name!r}")
 
-    def acquire(self, name: str) -> Served:
-        """The :class:`Served` of a collection or alias, with a lease (release it)."""
+    def acquire(self, name: str, wait: float = 0.0) -> Served:
+        """The :class:`Served` of a collection or alias, with a lease (release it).
+        The default collection during an in-place restore: waits up to ``wait``
+        seconds for the restored one (blocking: off the event loop), then 503."""
         target = self.resolve(name)
         if target == DEFAULT:
-            return self._default()
+            served = self.slot.acquire(wait)
+            if served is None:
+                raise self._unloaded()
+            return served
         entry = self._entries.get(target)
         if entry is None:  # dropped meanwhile
             raise ApiError(404, f"collection: no collection or alias {name!r}")
@@ -274,29 +354,33 @@ class Collections:
             )
         return served.acquire()
 
-    def _entry(self, name: str) -> _Entry:
+    def _entry(self, name: str) -> _Entry | None:
+        """The named collection's entry; ``None`` for the default collection."""
         target = self.resolve(name)
-        if target == DEFAULT:
-            raise ApiError(
-                409,
-                "collection: the default collection is not restored in place; restore the "
-                "snapshot into a named collection of the same space and point an alias at it",
-            )
-        return self._entries[target]
+        return None if target == DEFAULT else self._entries[target]
 
     def describe(self, name: str) -> dict[str, Any]:
         target = self.resolve(name)
         aliases = sorted(a for a, c in self._aliases.items() if c == target)
         if target == DEFAULT:
-            served = self._default()
-            rt = served.runtime
-            out = {
-                "name": DEFAULT,
-                "space": rt.space_name,
-                "model": rt.model_version,
-                "taxonomy": None,
-                "created": None,
-            }
+            served = self.acquire(DEFAULT)
+            try:
+                rt = served.runtime
+                out = {
+                    "name": DEFAULT,
+                    "space": rt.space_name,
+                    "model": rt.model_version,
+                    "taxonomy": None,
+                    "created": None,
+                    "aliases": aliases,
+                    "items": len(rt),
+                    "dim": rt.dim,
+                    "curvature": rt.curvature,
+                    "labels": len(rt.taxonomy),
+                }
+            finally:
+                served.release()
+            return out
         else:
             entry = self._entries[target]
             rec = entry.record
@@ -437,7 +521,12 @@ class Collections:
 
     # -- opening ---------------------------------------------------------------------------
     def _default_runtime(self) -> Runtime:
-        return self._default().runtime
+        """The default collection's runtime, for its model, labels and taxonomy (which
+        an in-place restore keeps: no lease needed)."""
+        served = self.slot.served
+        if served is None:
+            raise self._unloaded()
+        return served.runtime
 
     def _place_labels(self, folder: Path, sp: PoincareIndexSpace, model, taxonomy) -> None:
         """Check the model, or write the collection's label points (``labels.safetensors``):
@@ -579,7 +668,7 @@ class Collections:
         """A checksummed snapshot of the collection (a tar of the index's store,
         snapshot file and manifest, with ``checksums.json``)."""
         target = self.resolve(name)
-        served = self.acquire(target)
+        served = self.acquire(target, wait=SWAP_WAIT_SECONDS)
         try:
             snaps = self._snapshot_dir(target)
             snaps.mkdir(parents=True, exist_ok=True)
@@ -621,8 +710,7 @@ class Collections:
                 shutil.rmtree(stage, ignore_errors=True)
                 (snaps / f".{sid}.tar").unlink(missing_ok=True)
         finally:
-            if served.owned:
-                served.release()
+            served.release()
         return info
 
     def snapshots(self, name: str) -> list[dict[str, Any]]:
@@ -657,10 +745,11 @@ class Collections:
     def restore_upload(self, name: str, upload: Path, sha256: str | None) -> dict[str, Any]:
         """Restore an uploaded snapshot tar (kept as a snapshot of the collection)."""
         entry = self._entry(name)
+        target = DEFAULT if entry is None else entry.name
         if sha256 is not None and _sha256_file(upload) != sha256.lower():
             raise ApiError(422, "sha256: the upload does not have the checksum given")
         info = _verify_tar(upload, None)
-        snaps = self._snapshot_dir(entry.name)
+        snaps = self._snapshot_dir(target)
         snaps.mkdir(parents=True, exist_ok=True)
         now = _dt.datetime.now(_dt.UTC)
         sid = f"{now:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
@@ -668,7 +757,7 @@ class Collections:
         shutil.move(upload, dest)
         meta = {
             "snapshot": sid,
-            "collection": entry.name,
+            "collection": target,
             "space": info.get("space"),
             "items": info.get("items"),
             "created": info.get("created"),
@@ -677,10 +766,12 @@ class Collections:
             "uploaded": _now(),
         }
         atomic_write_bytes(snaps / f"{sid}.json", json.dumps(meta).encode(), mode=0o644)
-        return self._restore_tar(entry.name, dest, sid)
+        return self._restore_tar(target, dest, sid)
 
     def _restore_tar(self, name: str, tar: Path, sid: str) -> dict[str, Any]:
         entry = self._entry(name)
+        if entry is None:
+            return self._restore_default(tar, sid)
         with entry.lock:
             rec = entry.record
             folder = self.root / rec["folder"]
@@ -719,6 +810,153 @@ class Collections:
             "restored": True,
             "items": len(served.runtime),
         }
+
+    def _restore_default(self, tar: Path, sid: str) -> dict[str, Any]:
+        """Restore the default collection in place (its index stays at the path the
+        service and the CLI open, ``HYPSEARCH_INDEX``):
+
+        1. the snapshot is verified and extracted next to the index folder, opened
+           once (its space must be the collection's) and closed;
+        2. index jobs are held off (409 while one runs), new requests wait
+           (:meth:`DefaultSlot.begin_swap`) and the requests using the old index
+           finish (at most :data:`DRAIN_SECONDS`; else the restore is called off
+           with a 503 and nothing changes); the old runtime refuses writes from then
+           on and is closed (its SQLite files unlinked by name while still its own);
+        3. :func:`indexing.swap.swap_in` moves the folders (a marker first: a crash
+           at any step comes back, at the next open, as the old index or the
+           restored one, whole);
+        4. the restored index is opened at the path and handed to the waiting
+           requests.
+        """
+        if not self._default_lock.acquire(blocking=False):
+            raise ApiError(409, "collection: a restore of the default collection is running")
+        try:
+            old = self.slot.served
+            if old is None:
+                raise self._unloaded()
+            index = old.runtime.index
+            path = getattr(index, "path", None)
+            if not isinstance(index, HyperbolicIndex) or path is None:
+                raise ApiError(
+                    409,
+                    "collection: the default collection's index is not one folder (sharded "
+                    "or in memory) and is not restored in place; restore the snapshot into "
+                    "a named collection and point an alias at it",
+                )
+            path = Path(path)
+            with swap_lock(path):
+                return self._restore_default_at(old, path, tar, sid)
+        finally:
+            self._default_lock.release()
+
+    def _restore_default_at(self, old: Served, path: Path, tar: Path, sid: str) -> dict[str, Any]:
+        stage = stage_path(path)
+        swapping = False
+        try:
+            _verify_tar(tar, stage)
+            staged = HyperbolicIndex.load(stage)
+            try:
+                got = _space_name(make_index_space(staged.dim, staged.curvature, staged.space))
+            finally:
+                staged.close()
+            if got != old.runtime.space_name:
+                raise ApiError(
+                    422,
+                    f"snapshot: its index is {got}, the collection's space is "
+                    f"{old.runtime.space_name}",
+                )
+            _crash_point("restore-staged")
+            holding = self._jobs.hold(RESTORING, "restore it") if self._jobs else _no_hold()
+            with holding:
+                swapping = True  # from here a failure leaves the stage to indexing.swap
+                served = self._swap_default(old, path, stage)
+        except BaseException:
+            if not swapping:
+                shutil.rmtree(stage, ignore_errors=True)
+            raise
+
+        return {
+            "collection": DEFAULT,
+            "snapshot": sid,
+            "restored": True,
+            "items": len(served.runtime),
+        }
+
+    def _swap_default(self, old: Served, path: Path, stage: Path) -> Served:
+        self.slot.begin_swap()  # new requests wait from here
+        try:
+            if not old.wait_idle(DRAIN_SECONDS):
+                shutil.rmtree(stage, ignore_errors=True)
+                raise ApiError(
+                    503,
+                    f"collection: requests still used the default collection after "
+                    f"{DRAIN_SECONDS:g} s; nothing was restored, retry",
+                )
+        except BaseException:
+            self.slot.end_swap(old)
+            raise
+        # nothing uses the old runtime now; later writes that still hold it are refused
+        old.runtime.retire(RETIRED)
+        served = None
+        try:
+            old.close()
+            _crash_point("restore-closed")
+            swap_in(path, stage, carry=_inside(old.runtime.image_dir, path), hook=_crash_point)
+            index = HyperbolicIndex.load(path)
+            try:
+                served = self._start(old.runtime.with_index(index))
+            except BaseException:
+                index.close()
+                raise
+        except BaseException:
+            log.exception("restoring the default collection in place failed")
+            served = self._reopen_default(old, path)
+            raise
+        finally:
+            self.slot.end_swap(served)
+            if served is not None and self._on_default is not None:
+                self._on_default(served)
+        log.info("default collection restored in place: %d items", len(served.runtime))
+        return served
+
+    def _reopen_default(self, old: Served, path: Path) -> Served | None:
+        """After a failed swap: whatever index is at the path (old or restored), or none."""
+        try:
+            done = recover(path, held=True)  # this restore holds the swap lock
+            if done:
+                log.warning("%s", done)
+            index = HyperbolicIndex.load(path)
+        except Exception:  # noqa: BLE001 - logged; the collection answers 503 then
+            log.exception("reopening the default collection failed")
+            return None
+        try:
+            return self._start(old.runtime.with_index(index))
+        except Exception:  # noqa: BLE001 - as above
+            index.close()
+            log.exception("reopening the default collection failed")
+            return None
+
+
+def _inside(folder: Path | None, path: Path) -> tuple[str, ...]:
+    """``(name,)`` when ``folder`` is an entry of ``path`` (the default collection's
+    pictures, ``<HYPSEARCH_INDEX>/images`` unless configured elsewhere): carried
+    into the restored folder, since snapshots do not hold pictures."""
+    if folder is not None and Path(folder).parent.resolve() == path.resolve():
+        return (Path(folder).name,)
+    return ()
+
+
+@contextlib.contextmanager
+def _no_hold():
+    yield
+
+
+def _crash_point(step: str) -> None:
+    """Crash tests: stop the process at ``step`` of an in-place restore when the
+    environment says so (:data:`CRASH_ENV`)."""
+    if os.environ.get(CRASH_ENV) == step:
+        log.error("%s=%s: stopping the process here", CRASH_ENV, step)
+        os._exit(70)
 
 
 def _space_name(sp: IndexSpace) -> str:

@@ -10,9 +10,11 @@ lifespan; tests build an app around their own small index with
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hmac
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any
@@ -22,13 +24,23 @@ from fastapi import Depends, Request
 from indexing import HyperbolicIndex
 
 from .batching import MicroBatcher
-from .collections import DEFAULT, Collections, check_name
+from .collections import (
+    DEFAULT,
+    RESTORING,
+    SWAP_WAIT_SECONDS,
+    Collections,
+    DefaultSlot,
+    Served,
+    check_name,
+)
 from .errors import ApiError
 from .jobs import JobManager
 from .observability import Metrics
 from .runtime import Runtime
 from .settings import Settings
 
+#: how often a request waiting for an in-place restore looks again
+SWAP_POLL_SECONDS = 0.01
 NO_MODEL = "no image model is loaded (start the service with --model / HYPSEARCH_MODEL)"
 #: HTTP answers say only this of why loading failed: the error names artifact
 #: paths, so it goes to the log (and to ``hypsearch serve``'s exit message) only
@@ -57,6 +69,9 @@ class Services:
     loader: threading.Thread | None = None
     #: the named collections and aliases (service.collections)
     collections: Collections | None = None
+    #: the default collection's runtime and workers, leased by each request
+    #: (:attr:`runtime`, :attr:`searcher` and :attr:`batcher` are its current ones)
+    slot: DefaultSlot = field(default_factory=DefaultSlot)
 
 
 async def get_services(request: Request) -> AsyncIterator[Services]:
@@ -65,11 +80,24 @@ async def get_services(request: Request) -> AsyncIterator[Services]:
     unknown names), leased until the request is answered."""
     services = request.app.state.services
     name = request.path_params.get("collection")
-    if name is None or services.collections is None:
-        yield services
-        return
-    if services.collections.resolve(check_name(name, "collection")) == DEFAULT:
-        yield services
+    if (
+        name is None
+        or services.collections is None
+        or services.collections.resolve(check_name(name, "collection")) == DEFAULT
+    ):
+        served = await lease_default(services)
+        if served is None:  # still loading (or failed): the routes answer their 503
+            yield services
+            return
+        try:
+            yield dataclasses.replace(
+                services,
+                runtime=served.runtime,
+                searcher=served.searcher,
+                batcher=served.batcher,
+            )
+        finally:
+            served.release()
         return
     served = services.collections.acquire(name)
     try:
@@ -84,11 +112,27 @@ async def get_services(request: Request) -> AsyncIterator[Services]:
         served.release()
 
 
+async def lease_default(services: Services) -> Served | None:
+    """A lease on the default collection's :class:`Served`; during an in-place
+    restore, waits (without blocking the event loop) for the restored one, at most
+    :data:`SWAP_WAIT_SECONDS` (then 503). ``None`` while nothing is loaded."""
+    slot = services.slot
+    served = slot.try_acquire()
+    if served is not None or not slot.swapping:
+        return served
+    deadline = time.monotonic() + SWAP_WAIT_SECONDS
+    while slot.swapping:
+        if time.monotonic() > deadline:
+            raise ApiError(503, RESTORING)
+        await asyncio.sleep(SWAP_POLL_SECONDS)
+    return await lease_default(services)
+
+
 ServicesDep = Annotated[Services, Depends(get_services)]
 
 
-async def get_settings_dep(services: ServicesDep) -> Settings:
-    return services.settings
+async def get_settings_dep(request: Request) -> Settings:
+    return request.app.state.services.settings  # no lease: the settings never change
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
@@ -153,7 +197,12 @@ async def get_searcher(services: ServicesDep, _rt: RuntimeDep) -> MicroBatcher:
 SearcherDep = Annotated[MicroBatcher, Depends(get_searcher)]
 
 
-async def get_jobs(services: ServicesDep, _rt: RuntimeDep) -> JobManager:
+async def get_jobs(request: Request) -> JobManager:
+    """The index jobs, without a lease on the default collection: a job's thread
+    writes through :meth:`JobManager.hold`'s guard instead, so during an in-place
+    restore a new job is refused at once (409) rather than waiting for it."""
+    services = request.app.state.services
+    await get_runtime(services)  # 503 while loading
     assert services.jobs is not None
     return services.jobs
 

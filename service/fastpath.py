@@ -123,25 +123,24 @@ class SearchFastPath:
         else:
             await self.app(scope, receive, send)
             return
-        services = self.services
         media, length = _headers(scope["headers"])
         small = length is not None and length <= self.max_body
-        if services.runtime is None or services.searcher is None or media != want or not small:
+        # a lease on the default collection (none while it loads or is being restored:
+        # the route waits then)
+        served = self.services.slot.try_acquire() if media == want and small else None
+        if served is None:
             await self.app(scope, receive, send)
             return
-        # the whole body (small; the cap of RequestMiddleware cannot trigger below it)
-        chunks, more = [], True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":  # the client went away
+        try:  # the answer under the lease; the route (if it answers) takes its own
+            body = await _read_body(receive)
+            if body is None:  # the client went away
                 return
-            chunks.append(message.get("body", b""))
-            more = message.get("more_body", False)
-        body = b"".join(chunks)
-        try:
-            payload = await answer(scope, body)
-        except Exception:  # noqa: BLE001 - the route runs it again and answers as it does
-            payload = None
+            try:
+                payload = await answer(scope, body, served)
+            except Exception:  # noqa: BLE001 - the route runs it again and answers as it does
+                payload = None
+        finally:
+            served.release()
         if payload is None:
             await self.app(scope, _replay(body, receive), send)
             return
@@ -160,7 +159,7 @@ class SearchFastPath:
         )
         await send({"type": "http.response.body", "body": payload})
 
-    async def _search(self, scope, body: bytes) -> bytes | None:
+    async def _search(self, scope, body: bytes, served) -> bytes | None:
         """The JSON of the answer, or ``None`` to let the route answer; errors raise."""
         try:
             req = SearchIn.model_validate_json(body)
@@ -168,14 +167,13 @@ class SearchFastPath:
             return None
         if req.disk:
             return None
-        services = self.services
-        ans = await search_request(services.settings, services.searcher, req)
-        return answer_json(services.runtime, ans)
+        ans = await search_request(self.services.settings, served.searcher, req)
+        return answer_json(served.runtime, ans)
 
-    async def _image_search(self, scope, body: bytes) -> bytes | None:
-        services = self.services
-        rt = services.runtime
-        if services.batcher is None or rt.model is None:
+    async def _image_search(self, scope, body: bytes, served) -> bytes | None:
+        settings = self.services.settings
+        rt = served.runtime
+        if served.batcher is None or rt.model is None:
             return None
         try:
             params = ImageSearchParams.model_validate(
@@ -197,9 +195,22 @@ class SearchFastPath:
                 where = where[0] if where else None
                 data = await files[0].read()
         ans = await search_picture(
-            rt, services.settings, services.batcher, services.searcher, params, data, where
+            rt, settings, served.batcher, served.searcher, params, data, where
         )
         return answer_json(rt, ans)
+
+
+async def _read_body(receive) -> bytes | None:
+    """The whole body (small: the cap of RequestMiddleware cannot trigger below it),
+    or ``None`` when the client went away."""
+    chunks, more = [], True
+    while more:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None
+        chunks.append(message.get("body", b""))
+        more = message.get("more_body", False)
+    return b"".join(chunks)
 
 
 def _replay(body: bytes, receive):

@@ -19,6 +19,8 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -96,6 +98,7 @@ class JobManager:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._current: Job | None = None
+        self._held: str | None = None  # why new jobs are refused (hold)
 
     def get(self, job_id: str) -> Job:
         job = self._jobs.get(job_id)
@@ -121,6 +124,8 @@ class JobManager:
         if not (real.is_dir() or (real.is_file() and real.suffix.lower() == ".csv")):
             raise ApiError(422, f"path: {path} is neither a folder nor a .csv manifest")
         with self._lock:
+            if self._held is not None:
+                raise ApiError(409, self._held)
             if self._current is not None and self._current.state in ("queued", "running"):
                 raise ApiError(
                     409,
@@ -139,6 +144,29 @@ class JobManager:
             )
             self._thread.start()
         return job
+
+    @contextmanager
+    def hold(self, why: str, what: str) -> Iterator[None]:
+        """Refuse new jobs (409 with ``why``) while the block runs; refuse the block
+        itself (409) while a job is queued or running, since it writes into the index
+        that ``what`` would replace."""
+        with self._lock:
+            cur = self._current
+            if cur is not None and cur.state in ("queued", "running"):
+                raise ApiError(
+                    409,
+                    f"job {cur.id} is {cur.state} and writes into the default collection: "
+                    f"{what} once it ends (or cancel it: DELETE /v1/index/jobs/{cur.id})",
+                    job=cur.id,
+                )
+            if self._held is not None:
+                raise ApiError(409, self._held)
+            self._held = why
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._held = None
 
     def cancel(self, job_id: str) -> Job:
         job = self.get(job_id)

@@ -123,6 +123,8 @@ class Runtime:
         self.index = index
         self.labels = labels
         self.model = model
+        self.wordnet_dir = wordnet_dir
+        self.retired: str | None = None  # why writes are refused (retire)
         if taxonomy is not None and taxonomy != labels.taxonomy:
             raise StartupError("taxonomy: not the taxonomy the labels were trained on")
         self.taxonomy: Taxonomy = taxonomy if taxonomy is not None else labels.taxonomy
@@ -159,6 +161,7 @@ class Runtime:
         product-space image model (``hypsearch train --space``), if given, embeds
         pictures (search by image, picture items, ``/v1/embed`` without labels)."""
         self.index, self.labels, self.model = index, None, model
+        self.wordnet_dir, self.retired = None, None
         self.taxonomy = Taxonomy.from_edges([], nodes=())
         self.curvature = float(index.curvature)
         self.dim = int(index.dim)
@@ -354,6 +357,33 @@ class Runtime:
             out.append(p)
             seen.add(p)
 
+    # -- retiring ---------------------------------------------------------------------
+    def retire(self, why: str) -> None:
+        """Refuse every later write (503 with ``why``): this runtime is being replaced
+        (an in-place restore) or dropped; a write already running finishes first."""
+        with self._write_lock:
+            self.retired = why
+
+    def _check_live(self) -> None:
+        if self.retired is not None:
+            from .errors import ApiError
+
+            err = ApiError(503, self.retired)
+            err.headers = {"Retry-After": "1"}
+            raise err
+
+    def with_index(self, index: HyperbolicIndex) -> Runtime:
+        """The same model, labels and folders around another index (an in-place restore)."""
+        return Runtime(
+            index,
+            self.labels,
+            self.model,
+            image_dir=self.image_dir,
+            data_dir=self.data_dir,
+            taxonomy=None if self.product else self.taxonomy,
+            wordnet_dir=self.wordnet_dir,
+        )
+
     # -- writes ---------------------------------------------------------------------
     def upsert(
         self,
@@ -368,6 +398,7 @@ class Runtime:
         if self.product and any(lab is not None for lab in labels):
             raise self.no_labels("label")
         with self._write_lock:
+            self._check_live()
             self.index.add(vectors, list(ids), labels=list(labels), payloads=payloads)
             with self._tally_lock:
                 for i, lab in zip(ids, labels, strict=True):
@@ -377,6 +408,7 @@ class Runtime:
     def delete(self, ids: Iterable[str]) -> int:
         ids = list(ids)
         with self._write_lock:
+            self._check_live()
             n = self.index.delete(ids)
             self._untally(ids)
         return n
@@ -385,6 +417,7 @@ class Runtime:
         """Delete the items passing a filter (:meth:`indexing.HyperbolicIndex.delete_where`:
         one committed transaction); returns how many."""
         with self._write_lock:
+            self._check_live()
             ids = self.index.delete_where(where)
             self._untally(ids)
         return len(ids)

@@ -315,6 +315,24 @@ class LabelOut(BaseModel):
 # ---------------------------------------------------------------- items
 
 
+#: an item's label and payload, as ``PUT /v1/items/{id}`` and the batch items take them
+ItemLabel = Annotated[
+    str | None,
+    Field(
+        min_length=1,
+        max_length=300,
+        description="synset or word; default: the nearest prototype among labels in use",
+    ),
+]
+ItemPayload = Annotated[
+    dict[str, Any] | None,
+    Field(
+        description="a JSON object kept with the item ('image' and 'label_source' are the "
+        "service's own keys)",
+    ),
+]
+
+
 class ItemIn(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
@@ -324,17 +342,8 @@ class ItemIn(BaseModel):
     vector: list[Finite] = Field(
         min_length=1, max_length=MAX_DIM, description="a point of the ball"
     )
-    label: str | None = Field(
-        default=None,
-        min_length=1,
-        max_length=300,
-        description="synset or word; default: the nearest prototype among labels in use",
-    )
-    payload: dict[str, Any] | None = Field(
-        default=None,
-        description="a JSON object kept with the item ('image' and 'label_source' are the "
-        "service's own keys)",
-    )
+    label: ItemLabel = None
+    payload: ItemPayload = None
 
 
 class ItemOut(BaseModel):
@@ -463,17 +472,8 @@ class BatchItemIn(BaseModel):
     image: str | None = Field(
         default=None, min_length=1, description="a picture (PNG, JPEG, ...) in base64"
     )
-    label: str | None = Field(
-        default=None,
-        min_length=1,
-        max_length=300,
-        description="synset or word; default: the nearest prototype among labels in use",
-    )
-    payload: dict[str, Any] | None = Field(
-        default=None,
-        description="a JSON object kept with the item ('image' and 'label_source' are the "
-        "service's own keys)",
-    )
+    label: ItemLabel = None
+    payload: ItemPayload = None
 
     @model_validator(mode="after")
     def _one_point(self) -> BatchItemIn:

@@ -10,13 +10,13 @@ from __future__ import annotations
 import inspect
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path
+from fastapi import APIRouter, Depends, Path, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..collections import NAME_PATTERN, Collections
-from ..deps import ServicesDep, WriteAccess
+from ..deps import WriteAccess
 from ..errors import ApiError
 from ..schemas import INVALID, ErrorOut
 
@@ -106,7 +106,8 @@ ERRORS = {
 }
 
 
-def get_collections(services: ServicesDep) -> Collections:
+async def get_collections(request: Request) -> Collections:
+    services = request.app.state.services  # no lease: a restore must not wait on itself
     if services.collections is None:  # pragma: no cover - set by the lifespan
         raise ApiError(503, "the service is starting")
     return services.collections

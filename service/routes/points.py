@@ -161,6 +161,7 @@ async def upsert_batch(body: ItemsBatchIn, rt: RuntimeDep, svc: ServicesDep) -> 
 
 def _write_batch(rt: Runtime, body: ItemsBatchIn, points: dict) -> int:
     items = body.items
+    zero = [0.0] * rt.dim  # a picture's row until its point is put in
     resolved: dict[str, str] = {}
     labels: list[str | None] = []
     for j, it in enumerate(items):
@@ -170,9 +171,10 @@ def _write_batch(rt: Runtime, body: ItemsBatchIn, points: dict) -> int:
         if it.label not in resolved:
             resolved[it.label] = searching.resolve_label(rt, it.label, f"items[{j}].label")
         labels.append(resolved[it.label])
-    x = np.empty((len(items), rt.dim), dtype=np.float64)
-    for j, it in enumerate(items):
-        x[j] = points[j][0] if j in points else it.vector
+    # one array for the batch (the vectors' lengths were checked by the route)
+    x = np.array([zero if it.vector is None else it.vector for it in items], dtype=np.float64)
+    for j, (z, _) in points.items():
+        x[j] = z
     # a product space: the index checks each factor (its error names the row)
     outside = [] if rt.product else np.nonzero(~ranking.inside_ball(x, rt.curvature))[0]
     if len(outside):

@@ -5,8 +5,10 @@ A snapshot is a tar of the index's store, snapshot file and manifest, with
 sha256 in the ``X-Checksum-Sha256`` header. A restore (of a kept snapshot or of
 an uploaded one) verifies every checksum and opens the index in a new folder
 before the collection is switched to it: a corrupt upload is answered 422 and
-leaves the collection as it was. The default collection's snapshots can be
-made and downloaded; restore one into a named collection (its space must match).
+leaves the collection as it was. The default collection is restored in place,
+at its ``HYPSEARCH_INDEX`` folder (:meth:`service.collections.Collections._restore_default`:
+requests wait for it, index jobs are refused while it runs, a crash midway is
+finished at the next start by :func:`indexing.swap.recover`).
 """
 
 from __future__ import annotations
@@ -64,7 +66,12 @@ class SnapshotDeletedOut(BaseModel):
 
 WRITE = {
     **ERRORS,
+    409: {
+        "model": ErrorOut,
+        "description": "the default collection: an index job or another restore is running",
+    },
     422: {"model": ErrorOut, "description": "not a snapshot, corrupt, or another space"},
+    503: {"model": ErrorOut, "description": "requests still used the old index after 60 s"},
 }
 
 
@@ -138,7 +145,9 @@ async def restore_snapshot(
     collection: CollectionName, snapshot: SnapshotId, colls: CollectionsDep
 ) -> dict[str, Any]:
     """Every checksum is verified and the index opened before the collection
-    switches to it; searches meanwhile are answered by the old state."""
+    switches to it; searches meanwhile are answered by the old state. `default`
+    is restored in place: its requests wait for the swap (then see the restored
+    state), and it is refused (409) while an index job runs."""
     return await run_in_threadpool(colls.restore, collection, snapshot)
 
 
