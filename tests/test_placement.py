@@ -146,6 +146,11 @@ def test_trained_model_with_placement_lands_inside_class_cones(fm_cap, tmp_path)
     labels, data, test = fm_cap
     model = _tiny(labels, data, placement="cones")
     assert model.places_in_cones
+    # calibrated on the validation split at the end of training (models.placement.calibrate)
+    assert set(model.config["placement_radii"]) == set(model.seen_classes)
+    assert 0 <= model.config["placement_confidence"] <= 1
+    assert model.placement.cfg.novelty == 1.0 and torch.isfinite(model.placement.radius).all()
+    assert set(model.metrics["placement"]) == {"confidence", "val_in_class", "val_other"}
     placed = _in_class_share(model, labels, test)
     model.config["placement"] = "none"
     model._placement = None
