@@ -17,6 +17,12 @@ Then evaluate each with ``hypsearch eval --model M --dataset fashion-mnist
 in-class share, validation in-another-class share) as JSON.
 
     python benchmarks/placement.py --model MODEL --out-prefix /tmp/x/model [--quantile 0.99]
+
+``--test-grid`` also prints, on the test split, for each (confidence,
+novelty) of a small grid: the share of held-out classes' images placed at
+their class or a parent of it (the first ``/v1/embed`` label: the deepest
+holder of a placed point is its node) and the share of trained classes'
+images placed at their class.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ def main() -> int:
     ap.add_argument("--in-class", type=float, default=0.9)
     ap.add_argument("--other", type=float, default=0.05)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--test-grid", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     model = load_model(args.model)
@@ -77,7 +84,36 @@ def main() -> int:
     }
     model.save(f"{args.out_prefix}-cal.safetensors")
     print(json.dumps({k: got[k] for k in ("confidence", "val_in_class", "val_other", "grid")}))
+    if args.test_grid:
+        test_grid(model, pl, got["radii"])
     return 0
+
+
+def test_grid(model, pl, radii) -> None:
+    from dataclasses import replace
+
+    from models.data import load_dataset
+
+    test = load_dataset(model.config.get("dataset", "fashion-mnist"), split="test")
+    model.config["placement"] = "none"
+    model._placement = None
+    z = model.embed(test.images)
+    tax = model.labels.taxonomy
+    nodes = np.array([test.classes[t][1] for t in test.targets])
+    held = np.isin(nodes, model.holdout)
+    pl.radius = torch.tensor([radii.get(n, np.inf) for n in pl.seen], dtype=torch.float64)
+    base = pl.cfg
+    for conf in (0.0, 0.5, 0.65, 0.8, 0.9, 0.95):
+        for nov in (float("inf"), 1.0, 0.8):
+            pl.cfg = replace(base, confidence=conf, novelty=nov)
+            ch = np.array([pl.names[r] for r in pl.choose(z).tolist()])
+            hit = np.array([c == n or c in tax.parents(n) for c, n in zip(ch, nodes, strict=True)])
+            row = {"confidence": conf, "novelty": nov}
+            row["trained_at_class"] = float((ch[~held] == nodes[~held]).mean())
+            if held.any():
+                row["held_class_or_parent"] = float(hit[held].mean())
+                row |= {h: float(hit[nodes == h].mean()) for h in model.holdout}
+            print(json.dumps(row))
 
 
 if __name__ == "__main__":
