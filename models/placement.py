@@ -13,7 +13,12 @@ of it. :class:`ConePlacement` is the last step of :meth:`ImageModel.embed
    ``threshold`` with the fewest trained classes below it, then the deepest,
    then the nearest (:func:`backoff_choice`: a confident image gets its class,
    an uncertain one the lowest common ancestor of the classes it hesitates
-   between; Deng et al. 2012, Liu et al. 2020).
+   between; Deng et al. 2012, Liu et al. 2020). Where that node is the most
+   probable class, two back-offs can move the image to the class's cone
+   parent (:meth:`ConePlacement.decide`): a posterior gap (top-1 minus top-2)
+   below ``confidence``, or a distance to the class's point beyond
+   ``novelty`` times the class's radius (a validation quantile);
+   :func:`calibrate` picks both on validation points.
 2. **Where in its cone.** The node's *anchor* :math:`a` is its label point
    moved ``depth`` outward along its ray
    (:func:`models.geometry.poincare.move_outward`). The image is seen from
