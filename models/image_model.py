@@ -105,11 +105,15 @@ class ImageModel:
         if getattr(self, "_placement", None) is None:
             from .placement import ConePlacement, PlacementConfig
 
+            get = self.config.get
             cfg = PlacementConfig(
-                depth=float(self.config.get("placement_depth", PlacementConfig.depth)),
-                tau=float(self.config.get("tau", PlacementConfig.tau)),
+                depth=float(get("placement_depth", PlacementConfig.depth)),
+                tau=float(get("tau", PlacementConfig.tau)),
+                confidence=float(get("placement_confidence", PlacementConfig.confidence)),
+                novelty=float(get("placement_novelty", PlacementConfig.novelty)),
             )
-            self._placement = ConePlacement(self.labels, self.seen_classes, cfg)
+            radii = get("placement_radii") or None
+            self._placement = ConePlacement(self.labels, self.seen_classes, cfg, radii)
         return self._placement
 
     @property

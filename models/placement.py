@@ -13,7 +13,12 @@ of it. :class:`ConePlacement` is the last step of :meth:`ImageModel.embed
    ``threshold`` with the fewest trained classes below it, then the deepest,
    then the nearest (:func:`backoff_choice`: a confident image gets its class,
    an uncertain one the lowest common ancestor of the classes it hesitates
-   between; Deng et al. 2012, Liu et al. 2020).
+   between; Deng et al. 2012, Liu et al. 2020). Where that node is the most
+   probable class, two back-offs can move the image to the class's cone
+   parent (:meth:`ConePlacement.decide`): a posterior gap (top-1 minus top-2)
+   below ``confidence``, or a distance to the class's point beyond
+   ``novelty`` times the class's radius (a validation quantile);
+   :func:`calibrate` picks both on validation points.
 2. **Where in its cone.** The node's *anchor* :math:`a` is its label point
    moved ``depth`` outward along its ray
    (:func:`models.geometry.poincare.move_outward`). The image is seen from
@@ -42,14 +47,20 @@ cousins).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 
 from .geometry import cones, poincare
 
-__all__ = ["ConePlacement", "PlacementConfig", "backoff_choice", "class_membership"]
+__all__ = [
+    "ConePlacement",
+    "PlacementConfig",
+    "backoff_choice",
+    "calibrate",
+    "class_membership",
+]
 
 
 @dataclass(frozen=True)
@@ -58,6 +69,8 @@ class PlacementConfig:
     margin: float = 0.5  # images stay within depth - margin of the anchor
     threshold: float = 0.5  # mass a node needs to be chosen
     tau: float = 1.0  # temperature of the posterior -d/tau
+    confidence: float = 0.0  # a class needs posterior top-1 minus top-2 at least this
+    novelty: float = float("inf")  # a class needs d(z, class) <= novelty x its radius
 
     def validate(self) -> None:
         if not (self.depth > self.margin > 0):
@@ -66,6 +79,10 @@ class PlacementConfig:
             raise ValueError(f"placement threshold must be in [0.5, 1], got {self.threshold}")
         if not self.tau > 0:
             raise ValueError(f"placement tau must be positive, got {self.tau}")
+        if not (0 <= self.confidence <= 1):
+            raise ValueError(f"placement confidence must be in [0, 1], got {self.confidence}")
+        if not self.novelty > 0:
+            raise ValueError(f"placement novelty must be positive, got {self.novelty}")
 
 
 def class_membership(taxonomy, candidates: list[str], seen: list[str]) -> torch.Tensor:
@@ -112,7 +129,13 @@ class ConePlacement:
     trained class at or below them (held-out leaves cannot be chosen).
     """
 
-    def __init__(self, labels, seen: list[str], cfg: PlacementConfig | None = None):
+    def __init__(
+        self,
+        labels,
+        seen: list[str],
+        cfg: PlacementConfig | None = None,
+        radii: dict[str, float] | None = None,
+    ):
         self.cfg = cfg or PlacementConfig()
         self.cfg.validate()
         spec = cones.cone_spec(**labels.cone)
@@ -126,6 +149,7 @@ class ConePlacement:
         self.spec = spec
         self.c = float(labels.curvature)
         tax = labels.taxonomy
+        self.taxonomy = tax
         member = class_membership(tax, list(tax.names), seen)
         keep = member.sum(1) > 0
         self.names = [n for n, k in zip(tax.names, keep.tolist(), strict=True) if k]
@@ -137,14 +161,54 @@ class ConePlacement:
         self.anchors = poincare.move_outward(self.points, self.cfg.depth, c=self.c)
         row = {n: j for j, n in enumerate(self.names)}
         self.children = [[row[k] for k in tax.children(n) if k in row] for n in self.names]
+        self.up = self._cone_parents(tax, row)
+        self.seen = list(seen)
+        self.seen_rows = torch.tensor([row[n] for n in seen], dtype=torch.int64)
+        radii = radii or {}
+        self.radius = torch.tensor(
+            [float(radii.get(n, float("inf"))) for n in seen], dtype=torch.float64
+        )
+
+    def _cone_parents(self, tax, row: dict[str, int]) -> torch.Tensor:
+        """Row of each candidate's parent whose cap holds its point with the largest
+        margin (the service's cone chain, :func:`service.runtime.label_cones`), -1 for
+        none: where a back-off goes."""
+        up = torch.full((len(self.names),), -1, dtype=torch.int64)
+        pts = self.points.numpy()
+        for j, n in enumerate(self.names):
+            ps = [row[p] for p in tax.parents(n) if p in row]
+            if ps:
+                m = cones.membership_margin_np(pts[ps], pts[j], self.spec, c=self.c)
+                up[j] = ps[int(np.argmax(m))]
+        return up
 
     def choose(self, z: torch.Tensor) -> torch.Tensor:
         """Row of :attr:`names` each point belongs to, (n,) int64."""
+        return self.decide(z)[0]
+
+    def decide(self, z: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The chosen rows and what the back-offs look at: ``gap`` (posterior
+        top-1 minus top-2), ``top`` (the most probable trained class, an index of
+        :attr:`seen`), ``ratio`` (its distance over its radius), ``backed`` (the
+        rule of the mass chose that class, and the confidence or the novelty rule
+        moved the point to its cone parent)."""
+        cfg = self.cfg
         d_seen = poincare.pairwise_dist(z, self.seen_points, c=self.c)
         d_cand = poincare.pairwise_dist(z, self.points, c=self.c)
-        return backoff_choice(
-            d_seen, d_cand, self.member, self.depth, tau=self.cfg.tau, threshold=self.cfg.threshold
+        rows = backoff_choice(
+            d_seen, d_cand, self.member, self.depth, tau=cfg.tau, threshold=cfg.threshold
         )
+        post = torch.softmax(-d_seen / cfg.tau, dim=1)
+        two = post.topk(min(2, post.shape[1]), dim=1)
+        gap = two.values[:, 0] - (two.values[:, 1] if post.shape[1] > 1 else 0.0)
+        top = two.indices[:, 0]
+        ratio = d_seen.gather(1, top[:, None])[:, 0] / self.radius[top]
+        is_top = rows == self.seen_rows[top]
+        unsure = (gap < cfg.confidence) | (ratio > cfg.novelty)
+        up = self.up[rows]
+        backed = is_top & unsure & (up >= 0)
+        rows = torch.where(backed, up, rows)
+        return rows, {"gap": gap, "top": top, "ratio": ratio, "backed": backed}
 
     def _carry(self, z: torch.Tensor, rows: torch.Tensor, shrink: torch.Tensor) -> torch.Tensor:
         c = self.c
@@ -196,3 +260,75 @@ class ConePlacement:
 
     def __call__(self, z: torch.Tensor) -> torch.Tensor:
         return self.place(z)[0]
+
+
+def calibrate(
+    placement: ConePlacement,
+    z: torch.Tensor,
+    classes: list[str],
+    *,
+    in_class: float = 0.9,
+    other: float = 0.05,
+    quantile: float = 0.99,
+) -> dict[str, object]:
+    """Back-off settings from validation points (head outputs ``z``, their classes).
+
+    * ``radii``: per trained class, the ``quantile`` of its validation images'
+      distances to its label point (the novelty rule backs off an image farther
+      than its class's radius, :attr:`PlacementConfig.novelty` = 1);
+    * ``confidence``: over a grid, the smallest posterior gap whose back-off
+      brings the share of validation images placed in another class's cone
+      (a node at or below a trained class that is neither their class nor an
+      ancestor) to ``other`` or below while the share placed at their class
+      stays at ``in_class`` or above; where no gap does both, the largest gap
+      that keeps ``in_class`` (0 when none does).
+
+    Returns ``{"radii", "confidence", "val_in_class", "val_other", "grid"}``.
+    """
+    z = z.to(torch.float64)
+    col = {n: k for k, n in enumerate(placement.seen)}
+    tgt = torch.tensor([col[c] for c in classes], dtype=torch.int64)
+    d = poincare.pairwise_dist(z, placement.seen_points, c=placement.c)
+    own = d.gather(1, tgt[:, None])[:, 0]
+    radii = {}
+    for k, name in enumerate(placement.seen):
+        v = own[tgt == k]
+        if len(v):
+            radii[name] = float(torch.quantile(v, quantile))
+    # wrong[r, k]: a point placed at row r is inside the cone of a trained class
+    # that is neither class k nor an ancestor of k
+    names = placement.names
+    below = torch.zeros(len(names), len(placement.seen), dtype=torch.bool)  # class k holds row r
+    tax = placement.taxonomy
+    for r, n in enumerate(names):
+        anc = tax.ancestors(n) | {n}
+        for k, cname in enumerate(placement.seen):
+            below[r, k] = cname in anc
+    anc_of = torch.tensor(
+        [[a in (tax.ancestors(b) | {b}) for b in placement.seen] for a in placement.seen]
+    )  # anc_of[a, b]: class a is b or an ancestor of b
+    wrong = (below.double() @ (~anc_of).double()) > 0  # (rows, K)
+    saved = placement.cfg, placement.radius
+    grid = []
+    try:
+        placement.radius = torch.tensor(
+            [radii.get(n, float("inf")) for n in placement.seen], dtype=torch.float64
+        )
+        for g in [i / 20 for i in range(20)]:
+            placement.cfg = replace(saved[0], confidence=g, novelty=1.0)
+            rows = placement.choose(z)
+            ok = float((rows == placement.seen_rows[tgt]).double().mean())
+            bad = float(wrong[rows, tgt].double().mean())
+            grid.append((g, ok, bad))
+    finally:
+        placement.cfg, placement.radius = saved
+    both = [g for g in grid if g[1] >= in_class and g[2] <= other]
+    keep = [g for g in grid if g[1] >= in_class]
+    pick = both[0] if both else (keep[-1] if keep else grid[0])
+    return {
+        "radii": radii,
+        "confidence": pick[0],
+        "val_in_class": pick[1],
+        "val_other": pick[2],
+        "grid": grid,
+    }

@@ -163,42 +163,55 @@ def deepest_holder(
     fallback: Callable[[np.ndarray], list[str]] | None = None,
     tol: float = 0.0,
 ) -> list[str]:
-    """The deepest label whose cone holds each point (see the module docstring), (n,) names."""
+    """The deepest label whose cone holds each point (see the module docstring), (n,) names.
+
+    A descent: each level computes the margins of the points still moving
+    against the children of their current label only (ties to the first
+    child listed), so a point costs its depth times its labels' fan-out, not
+    the number of labels (the 82,115-node noun closure answers in
+    milliseconds per point).
+    """
     names = list(label_names)
     lp = np.asarray(label_points, dtype=np.float64).reshape(len(names), -1)
     x = np.asarray(points, dtype=np.float64).reshape(-1, lp.shape[1])
     if len(names) == 0:
         raise ValueError("deepest_holder needs at least one label")
     kids, roots = _children_table(names, children_of)
-    out: list[str | None] = [None] * len(x)
-    # the descent, one level at a time for every point still going down: the points
-    # standing at the same label share its children, so each label's cones are
-    # compared with only the points that reached it (a path's labels, not all m)
-    cur = np.full(len(x), -1, dtype=np.int64)  # the label reached (-1: above the roots)
-    going = np.arange(len(x))
-    for _ in range(len(names) + 1):  # a DAG: every step goes one level deeper
-        if len(going) == 0:
+    m = len(names)
+    lists = [*kids, roots]  # row m: a virtual root above the roots
+    deg = np.array([len(k) for k in lists], dtype=np.int64)
+    ptr = np.zeros(m + 2, dtype=np.int64)
+    np.cumsum(deg, out=ptr[1:])
+    flat = np.fromiter((j for k in lists for j in k), dtype=np.int64, count=int(ptr[-1]))
+    cur = np.full(len(x), m, dtype=np.int64)
+    active = np.flatnonzero(deg[cur] > 0)
+    budget = max(1, _CHUNK // max(1, lp.shape[1]))  # (point, child) pairs at a time
+    for _ in range(m + 1):  # a DAG: every step goes one level deeper
+        if len(active) == 0:
             break
-        at, groups, counts = np.unique(cur[going], return_inverse=True, return_counts=True)
-        by_label = np.split(going[np.argsort(groups, kind="stable")], np.cumsum(counts)[:-1])
-        still = []
-        for u, rows in zip(at.tolist(), by_label, strict=True):
-            cand = np.asarray(roots if u < 0 else kids[u], dtype=np.int64)
-            if len(cand) == 0:
-                continue
-            step = max(1, _CHUNK // max(1, len(cand) * lp.shape[1]))
-            for a in range(0, len(rows), step):
-                r = rows[a : a + step]
-                m = cones.membership_margin_np(lp[None, cand, :], x[r, None, :], spec, c=c)
-                held = m >= -tol  # (b, k)
-                best = np.argmax(np.where(held, m, -np.inf), axis=1)  # ties: the first
-                ok = held[np.arange(len(r)), best]
-                cur[r[ok]] = cand[best[ok]]
-                still.append(r[ok])
-        going = np.concatenate(still) if still else going[:0]
-    for i in np.flatnonzero(cur >= 0).tolist():
-        out[i] = names[cur[i]]
-    lost = [i for i, v in enumerate(out) if v is None]
+        moved = []
+        cnt_all = deg[cur[active]]
+        ends = np.cumsum(cnt_all)
+        a = 0
+        while a < len(active):
+            b = max(a + 1, int(np.searchsorted(ends, ends[a] - cnt_all[a] + budget, "right")))
+            act, cnt = active[a:b], cnt_all[a:b]
+            pt = np.repeat(act, cnt)
+            off = np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+            cand = flat[np.repeat(ptr[cur[act]], cnt) + off]
+            mar = cones.membership_margin_np(lp[cand], x[pt], spec, c=c)
+            held = mar >= -tol
+            pt, cand, mar, off = pt[held], cand[held], mar[held], off[held]
+            if len(pt):
+                o = np.lexsort((off, -mar, pt))  # per point: largest margin, then first
+                first = o[np.r_[True, pt[o][1:] != pt[o][:-1]]]
+                cur[pt[first]] = cand[first]
+                moved.append(pt[first])
+            a = b
+        active = np.concatenate(moved) if moved else np.zeros(0, dtype=np.int64)
+        active = active[deg[cur[active]] > 0]
+    out: list[str | None] = [names[j] if j < m else None for j in cur.tolist()]
+    lost = np.flatnonzero(cur == m).tolist()
     if lost:
         if fallback is None:
             fb = Prototypes.of(names, lp, c).nearest(x[lost])

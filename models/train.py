@@ -319,14 +319,7 @@ def validate(model: Model, prep: Prepared, amp: bool, batch_size: int = 1024) ->
     pixels, targets = prep.val_pixels, prep.val_targets
     if len(pixels) == 0:
         return {}
-    model.train(False)
-    zs = []
-    for s in range(0, len(pixels), batch_size):
-        x = _inputs(prep, pixels[s : s + batch_size])
-        with _autocast(amp):
-            f = _encode(model.encoder, prep, x)
-        zs.append(model.head(f.float()))
-    z = torch.cat(zs)
+    z = val_points(model, prep, amp, batch_size)
     out = {}
     space = model.space
     if model.protos is not None and (targets >= 0).any():
@@ -340,6 +333,44 @@ def validate(model: Model, prep: Prepared, amp: bool, batch_size: int = 1024) ->
         out["val_r1"] = float((targets[nn_] == targets).double().mean())
     model.train()
     return out
+
+
+@torch.no_grad()
+def val_points(model: Model, prep: Prepared, amp: bool, batch_size: int = 1024) -> torch.Tensor:
+    """The head's outputs on the validation split (eval mode; train mode after)."""
+    model.train(False)
+    zs = []
+    for s in range(0, len(prep.val_pixels), batch_size):
+        x = _inputs(prep, prep.val_pixels[s : s + batch_size])
+        with _autocast(amp):
+            f = _encode(model.encoder, prep, x)
+        zs.append(model.head(f.float()))
+    model.train()
+    return torch.cat(zs)
+
+
+def calibrate_placement(out: ImageModel, model: Model, prep: Prepared, amp: bool) -> None:
+    """The cone placement's back-offs from the validation split
+    (:func:`models.placement.calibrate`), written into ``out.config``
+    (``placement_confidence``, ``placement_novelty``, ``placement_radii``) and
+    ``out.metrics["placement"]``."""
+    from .placement import ConePlacement, PlacementConfig, calibrate
+
+    ok = prep.val_targets >= 0
+    if not bool(ok.any()):
+        return
+    z = val_points(model, prep, amp)[ok].double()
+    seen = [prep.classes[i][1] for i in prep.seen]
+    classes = [seen[t] for t in prep.val_targets[ok].tolist()]
+    pl = ConePlacement(out.labels, seen, PlacementConfig(tau=out.config.get("tau", 1.0)))
+    got = calibrate(pl, z, classes)
+    out.config |= {
+        "placement_confidence": got["confidence"],
+        "placement_novelty": 1.0,
+        "placement_radii": got["radii"],
+    }
+    out.metrics["placement"] = {k: got[k] for k in ("confidence", "val_in_class", "val_other")}
+    out._placement = None
 
 
 # ---------------------------------------------------------------- one epoch
@@ -593,6 +624,8 @@ def _train(cfg, labels, progress, checkpoint_path, resume, data, max_seconds) ->
         metrics["loss"] = history[-1]["loss"]
         metrics |= {k: v for k, v in history[-1].items() if k.startswith("val_")}
     out = image_model(metrics)
+    if cfg.placement == "cones":
+        calibrate_placement(out, model, prep, step.amp)
     if cfg.unsupervised:
         from .clusters import attach_clusters
 

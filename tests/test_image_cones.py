@@ -196,26 +196,6 @@ def test_eval_cone_keys_against_brute_force(fm_cap):
         assert 0.0 <= zs[k] <= 1.0
 
 
-def _descent_reference(x, names, pts, children_of, spec, c=1.0):
-    """The rule of the module docstring, point by point over every label's margin."""
-    row = {n: j for j, n in enumerate(names)}
-    kids = [[row[k] for k in children_of(n) if k in row] for n in names]
-    child = {k for ks in kids for k in ks}
-    roots = [j for j in range(len(names)) if j not in child]
-    out = []
-    for p in x:
-        m = cones.membership_margin_np(pts, p, spec, c=c)
-        cur, cand = None, roots
-        while True:
-            ok = [j for j in cand if m[j] >= 0]
-            if not ok:
-                break
-            cur = max(ok, key=lambda j: m[j])  # ties: the first
-            cand = kids[cur]
-        out.append(None if cur is None else names[cur])
-    return out
-
-
 def test_deepest_holder_level_by_level_equals_the_point_by_point_descent(monkeypatch):
     """A DAG (shared children) with overlapping Ganea cones, so 'largest margin' decides;
     the level-wise descent (points grouped by the label they reached, in chunks) gives
@@ -238,9 +218,70 @@ def test_deepest_holder_level_by_level_equals_the_point_by_point_descent(monkeyp
     near = pts[rng.integers(0, len(names), 600)] * rng.uniform(1.0, 1.4, (600, 1))
     x = np.concatenate([near, rng.uniform(-0.5, 0.5, size=(200, 5))])
     x *= np.minimum(1.0, 0.98 / np.linalg.norm(x, axis=1, keepdims=True))
-    want = _descent_reference(x, names, pts, tax.children, spec)
+    want = brute_descent(x, names, pts, tax.children, spec)
     assert len({w for w in want if w is not None}) >= 10  # many labels reached, deep ones too
     assert sum(w is not None and w.startswith("c") for w in want) >= 20
     monkeypatch.setattr(prototypes, "_CHUNK", 200)  # several chunks per label
     got = deepest_holder(x, names, pts, tax.children, spec, 1.0, fallback=lambda r: [None] * len(r))
     assert got == want
+
+
+def brute_descent(x, names, pts, children_of, spec, c=1.0, tol=0.0):
+    """Independent: every (point, label) margin, then the walk from the roots to the
+    held child of largest margin (ties: the first listed); None where no root holds."""
+    row = {n: j for j, n in enumerate(names)}
+    kids = [[row[k] for k in children_of(n) if k in row] for n in names]
+    is_child = {j for k in kids for j in k}
+    roots = [j for j in range(len(names)) if j not in is_child]
+    m = cones.membership_margin_np(pts[None, :, :], x[:, None, :], spec, c=c)
+    out = []
+    for b in range(len(x)):
+        cur, cand = None, roots
+        while True:
+            ok = [j for j in cand if m[b, j] >= -tol]
+            if not ok:
+                break
+            cur = max(ok, key=lambda j: m[b, j])
+            cand = kids[cur]
+        out.append(None if cur is None else names[cur])
+    return out
+
+
+@pytest.mark.parametrize("chunk", [7, 4_000_000])
+def test_deepest_holder_descent_equals_the_brute_force_walk(monkeypatch, chunk):
+    """A random DAG of 600 nodes (some of two parents, some folded), cap points, and
+    points near every label and at random: the descent answers as the full walk."""
+    import models.prototypes as protos
+
+    rng = np.random.default_rng(3)
+    edges, names = [], ["n0"]
+    for i in range(1, 600):
+        p = int(rng.integers(0, i)) if i > 30 else 0
+        edges.append((f"n{i}", f"n{p}"))
+        if i > 60 and rng.random() < 0.05:
+            edges.append((f"n{i}", f"n{int(rng.integers(1, i))}"))
+        names.append(f"n{i}")
+    tax = Taxonomy.from_edges(edges)
+    pts = cap_construction(tax, 6, seed=1).points.numpy()
+    near = pts[np.repeat(np.arange(len(pts)), 2)]
+    scale = (
+        1 + rng.uniform(0, 0.3, size=(len(near), 1)) * (1 - np.linalg.norm(near, axis=1))[:, None]
+    )
+    x = np.concatenate(
+        [np.clip(near * scale, -0.9999, 0.9999), rng.uniform(-0.5, 0.5, size=(300, 6))]
+    )
+    x = x / np.maximum(1, np.linalg.norm(x, axis=1, keepdims=True) / 0.99999)
+    monkeypatch.setattr(protos, "_CHUNK", chunk)
+    want = brute_descent(x, tax.names, pts, tax.children, CAP)
+    got = deepest_holder(
+        x, tax.names, pts, tax.children, CAP, 1.0, fallback=lambda r: [None] * len(r)
+    )
+    assert got == want
+    assert sum(w is not None and tax.depth(w) >= 3 for w in want) > 100
+    # with a tolerance, and on a subset of the labels (children not listed are skipped)
+    keep = [n for n in tax.names if int(n[1:]) % 3]
+    sub = pts[[tax.index(n) for n in keep]]
+    got = deepest_holder(
+        x, keep, sub, tax.children, CAP, 1.0, tol=1e-3, fallback=lambda r: [None] * len(r)
+    )
+    assert got == brute_descent(x, keep, sub, tax.children, CAP, tol=1e-3)

@@ -443,3 +443,46 @@ def test_tree_parent_keeps_the_most_ancestors():
     )
     parent, _ = tree_parents(tax)
     assert tax.names[parent[tax.index("leaf")]] == "c"  # 4 ancestors that way, 2 the other
+
+
+def test_tree_parent_folds_a_pass_through_parent_and_caps_hold_both_chains():
+    """clothing.n.01's case: a node of two parents, one of them (``goods``, under
+    ``trade`` under ``thing``) holding nothing but that node. The tree keeps the
+    broad parent and hangs the pass-through chain inside its cap, so every
+    ancestor of ``cloth`` (along both parents) holds it and its descendants."""
+    from models.labels.construct import tree_plan
+
+    edges = [("cover", "thing"), ("trade", "thing"), ("goods", "trade"), ("cloth", "cover")]
+    edges += [("cloth", "goods"), ("shoe", "cover"), ("boot", "shoe"), ("sandal", "shoe")]
+    edges += [(f"shirt{i}", "cloth") for i in range(4)] + [("tee", "shirt0")]
+    tax = Taxonomy.from_edges(edges)
+    parent, order, false_pairs = tree_plan(tax)
+    up = {tax.names[i]: tax.names[p] if p >= 0 else None for i, p in enumerate(parent.tolist())}
+    assert up["cloth"] == "goods" and up["goods"] == "trade" and up["trade"] == "cover"
+    assert false_pairs == 2  # (cover, trade), (cover, goods)
+    pos = {v: k for k, v in enumerate(order)}
+    assert sorted(order) == list(range(len(tax)))
+    assert all(p < 0 or pos[p] < pos[i] for i, p in enumerate(parent.tolist()))
+    emb = train_labels(tax, LabelTrainConfig(dim=4))
+    assert emb.metrics["construction"]["pairs_off_tree"] == 0
+    assert emb.metrics["construction"]["pairs_folded"] == 2
+    m = evaluate_cones(emb)
+    assert m["cone_recall"] == 1.0 and m["cone_false_positives"] == 2
+    x = emb.embeddings.double()
+    margin = cones.pairwise_membership_margin(x, x, emb.cone, c=1.0)
+    for a in ("cover", "goods", "trade", "cloth"):
+        for d in ("cloth", "shirt0", "tee"):
+            if a != d:
+                assert float(margin[tax.index(a), tax.index(d)]) >= 0, (a, d)
+    # a fold that costs more than it gains is not made: a long chain beside a leaf
+    tax2 = Taxonomy.from_edges(
+        [("a", "r"), ("b", "a"), ("c", "b"), ("x", "r"), ("leaf", "x"), ("leaf", "c")]
+    )
+    p2, _, f2 = tree_plan(tax2)
+    assert tax2.names[p2[tax2.index("leaf")]] == "c" and f2 == 0
+    # ties go to the parent with the most descendants (the service's chains)
+    tax3 = Taxonomy.from_edges(
+        [("p", "r"), ("q", "r"), ("v", "p"), ("v", "q"), ("w", "q"), ("w2", "q")]
+    )
+    p3, _, _ = tree_plan(tax3)
+    assert tax3.names[p3[tax3.index("v")]] == "q"

@@ -146,6 +146,11 @@ def test_trained_model_with_placement_lands_inside_class_cones(fm_cap, tmp_path)
     labels, data, test = fm_cap
     model = _tiny(labels, data, placement="cones")
     assert model.places_in_cones
+    # calibrated on the validation split at the end of training (models.placement.calibrate)
+    assert set(model.config["placement_radii"]) == set(model.seen_classes)
+    assert 0 <= model.config["placement_confidence"] <= 1
+    assert model.placement.cfg.novelty == 1.0 and torch.isfinite(model.placement.radius).all()
+    assert set(model.metrics["placement"]) == {"confidence", "val_in_class", "val_other"}
     placed = _in_class_share(model, labels, test)
     model.config["placement"] = "none"
     model._placement = None
@@ -191,3 +196,75 @@ def test_a_held_out_class_lands_under_its_parent_more_often_than_chance(fm_cap):
         under[held].mean(),
         under[others].mean(),
     )
+
+
+# ---------------------------------------------------------------- back-offs (confidence, novelty)
+
+
+def _around(labels, name: str, n: int, scale: float, seed: int = 0) -> torch.Tensor:
+    P = labels.embeddings[labels.taxonomy.index(name)]
+    v = torch.from_numpy(np.random.default_rng(seed).standard_normal((n, P.shape[0])) * scale)
+    return poincare.mobius_add(P.expand_as(v), poincare.expmap0(v, c=1.0), c=1.0)
+
+
+def test_confidence_backoff_sends_a_hesitant_class_to_its_cone_parent():
+    """puppy and kitten trained: a point between them (gap ~0) goes to the parent of its
+    top class under confidence 0.5, and stays at its class under confidence 0; a point
+    at its class keeps it either way. The placed point is in the parent's cone, in no
+    class's."""
+    tax = hand_tree()
+    labels = cap_labels(tax, dim=4)
+    seen = ["puppy", "kitten"]
+    P = labels.embeddings
+    a, b = P[tax.index("puppy")], P[tax.index("kitten")]
+    between = poincare.expmap(a, 0.49 * poincare.logmap(a, b, c=1.0), c=1.0)[None]  # puppy's side
+    at = P[tax.index("puppy")][None]
+    z = torch.cat([between, at])
+    plain = ConePlacement(labels, seen, PlacementConfig(threshold=0.9))
+    strict = ConePlacement(labels, seen, PlacementConfig(threshold=0.5, confidence=0.5))
+    loose = ConePlacement(labels, seen, PlacementConfig(threshold=0.5))
+    rows, info = strict.decide(z)
+    assert info["top"].tolist() == [0, 0]
+    assert float(info["gap"][0]) < 0.5 and float(info["gap"][1]) > 0.9
+    got = [strict.names[r] for r in rows.tolist()]
+    assert got == ["dog", "puppy"] and info["backed"].tolist() == [True, False]
+    assert [loose.names[r] for r in loose.choose(z).tolist()] == ["puppy", "puppy"]
+    assert plain.names[int(plain.choose(z)[0])] == "animal"  # the mass rule: the common ancestor
+    x, names = strict.place(z)
+    Pn = P.numpy()
+    assert float(cones.membership_margin_np(Pn[tax.index(names[0])], x[0].numpy(), CAP, c=1.0)) >= 0
+    for k in seen:
+        assert float(cones.membership_margin_np(Pn[tax.index(k)], x[0].numpy(), CAP, c=1.0)) < 0
+
+
+def test_novelty_backoff_and_calibration_on_validation_points():
+    """Per-class radii are the validation quantile of the distances to the class; a point
+    of a class farther than novelty x radius backs off to the class's cone parent; the
+    calibrated confidence meets the shares it reports."""
+    from models.placement import calibrate
+
+    tax = hand_tree()
+    labels = cap_labels(tax, dim=4)
+    seen = ["puppy", "kitten", "bird", "hammer", "saw"]
+    z = torch.cat([_around(labels, n, 60, 0.6, seed=i) for i, n in enumerate(seen)])
+    classes = [n for n in seen for _ in range(60)]
+    pl = ConePlacement(labels, seen)
+    got = calibrate(pl, z, classes, quantile=0.9)
+    d = poincare.dist(labels.embeddings[tax.index("bird")].expand(60, -1), z[120:180], c=1.0)
+    assert got["radii"]["bird"] == pytest.approx(float(torch.quantile(d, 0.9)))
+    assert got["val_in_class"] >= 0.9 or got["confidence"] == 0.0
+    g, ok, bad = next(t for t in got["grid"] if t[0] == got["confidence"])
+    assert (ok, bad) == (got["val_in_class"], got["val_other"])
+    # novelty: a bird image far from the bird (3 radii) goes to bird's parent, animal
+    far = _around(labels, "bird", 200, 4.0, seed=9)
+    dist = poincare.dist(labels.embeddings[tax.index("bird")].expand(200, -1), far, c=1.0)
+    cfg = PlacementConfig(novelty=1.0)
+    nov = ConePlacement(labels, seen, cfg, radii=got["radii"])
+    rows, info = nov.decide(far)
+    base = pl.choose(far)
+    is_bird = base == pl.names.index("bird")
+    beyond = (dist > got["radii"]["bird"]) & is_bird
+    assert beyond.sum() >= 20
+    assert all(nov.names[r] == "animal" for r in rows[beyond].tolist())
+    inside = (dist <= got["radii"]["bird"]) & is_bird & (info["gap"] >= 0)
+    assert all(nov.names[r] == "bird" for r in rows[inside].tolist())

@@ -17,10 +17,14 @@ of its parent, and the caps of siblings are disjoint. So by construction:
 
 The placement, node by node from the roots down (a spanning tree of the DAG):
 
-1. **Tree parent.** A node of several parents goes under the parent whose
-   tree already holds the most of its ancestors, so the fewest closure pairs
-   are lost (a point can lie in two caps only where they overlap, and the
-   caps of distinct branches do not).
+1. **Tree parent.** A node of several parents goes under the parent that
+   makes the caps hold the most of its closure pairs (its and its
+   descendants' ancestors), net of pairs held falsely, ties to the parent
+   with the most descendants (:func:`tree_parents`; a point can lie in two
+   caps only where they overlap, and the caps of distinct branches do not).
+   A second parent that is only a *pass-through chain* (one parent, one
+   child each, up to an ancestor of the chosen parent) is folded inside the
+   chosen parent's cap, so the node keeps both parents' ancestors.
 2. **Children of a node** ``p`` (``k`` of them, direction :math:`\hat p`, cap
    :math:`\theta_p`): ``k`` tangent directions at :math:`\hat p` from a
    spherical code (repulsion on :math:`S^{d-2}`, cached by ``k``, randomly
@@ -47,19 +51,38 @@ import torch
 
 from ..taxonomy import Taxonomy
 
-__all__ = ["CapPlacement", "cap_construction", "spherical_code", "tree_parents"]
+__all__ = ["CapPlacement", "cap_construction", "spherical_code", "tree_parents", "tree_plan"]
 
 
 def tree_parents(taxonomy: Taxonomy) -> tuple[np.ndarray, list[int]]:
-    """A spanning forest: ``parent[i]`` (-1 for roots) and a top-down order.
+    """A spanning forest: ``parent[i]`` (-1 for roots) and a top-down order of it.
 
-    A node of several parents takes the one whose tree ancestors (itself
-    included) are the most, ties to the first listed parent.
+    The rule for a node ``v`` of several parents (``tree_plan`` has the
+    details): every parent ``M`` is scored by the closure pairs of ``v`` and
+    its descendants that the caps would hold with ``v`` under ``M``, minus the
+    pairs they would hold falsely; the best score wins, ties to the parent
+    with the most descendants (the service's taxonomy chains continue through
+    the parent with the most items under it), then to the first listed. The
+    pairs held are ``M``'s tree ancestors and ``M``; with a *fold* also the
+    nodes of another parent's *pass-through chain*: a parent ``Q`` of one
+    parent and one child whose chain of such nodes upwards ends below an
+    ancestor ``a`` of ``M`` (the ancestors an induced taxonomy adds, e.g.
+    ``clothing.n.01``'s ``consumer_goods.n.01`` and ``commodity.n.01``, which
+    hold nothing but clothing). The chain is then hung under ``M`` and ``v``
+    under ``Q``: every ancestor of ``v`` holds it, at the price of the pairs
+    (``M``'s tree ancestors below ``a``, chain node), which are counted
+    against the fold (it is made only where it gains more than it costs).
     """
+    tree, order, _ = tree_plan(taxonomy)
+    return tree, order
+
+
+def tree_plan(taxonomy: Taxonomy) -> tuple[np.ndarray, list[int], int]:
+    """:func:`tree_parents` and the number of pairs its folds hold falsely."""
     n = len(taxonomy)
     parents = [taxonomy.parent_ids(i) for i in range(n)]
-    indeg = np.array([len(p) for p in parents])
     children = [taxonomy.child_ids(i) for i in range(n)]
+    indeg = np.array([len(p) for p in parents])
     order = [i for i in range(n) if indeg[i] == 0]
     head = 0
     while head < len(order):
@@ -68,14 +91,73 @@ def tree_parents(taxonomy: Taxonomy) -> tuple[np.ndarray, list[int]]:
             if indeg[ch] == 0:
                 order.append(ch)
         head += 1
+    edges = taxonomy.closure_edges()
+    n_desc = np.bincount(edges[:, 1], minlength=n) if len(edges) else np.zeros(n, np.int64)
     tree = np.full(n, -1, dtype=np.int64)
     n_anc = np.zeros(n, dtype=np.int64)  # tree ancestors of each node
+    folded = np.zeros(n, dtype=bool)
+    false_pairs = 0
+
+    def tree_chain(m: int) -> list[int]:
+        out = [m]
+        while tree[out[-1]] >= 0:
+            out.append(int(tree[out[-1]]))
+        return out
+
+    def pass_through(q: int, v: int, m: int) -> tuple[list[int], int] | None:
+        """The chain from ``q`` up to below an ancestor of ``m``, and its cost."""
+        up = set(taxonomy.ancestor_ids(m).tolist()) | {m}
+        chain, below = [], v
+        while len(parents[q]) == 1 and children[q] == (below,) and not folded[q]:
+            chain.append(q)
+            a = parents[q][0]
+            if a in up:
+                top = set(taxonomy.ancestor_ids(a).tolist()) | {a}
+                return chain, len(chain) * sum(t not in top for t in tree_chain(m))
+            below, q = q, a
+        return None
+
+    for v in order:
+        ps = parents[v]
+        if not ps:
+            continue
+        unit = 1 + int(n_desc[v])
+        best = None
+        for rank, m in enumerate(ps):
+            score, fold = unit * (int(n_anc[m]) + 1), None
+            if len(ps) > 1:
+                for q in ps:
+                    got = None if q == m else pass_through(q, v, m)
+                    if got is not None:
+                        s = unit * (int(n_anc[m]) + 1 + len(got[0])) - got[1]
+                        if s > score:
+                            score, fold = s, got
+            key = (score, int(n_desc[m]), -rank)
+            if best is None or key > best[0]:
+                best = (key, m, fold)
+        _, m, fold = best
+        if fold is None:
+            tree[v] = m
+            n_anc[v] = n_anc[m] + 1
+            continue
+        chain, cost = fold
+        false_pairs += cost
+        tree[chain[-1]] = m
+        for q in reversed(chain):  # top down
+            n_anc[q] = n_anc[tree[q]] + 1
+            folded[q] = True
+        tree[v] = chain[0]
+        n_anc[v] = n_anc[chain[0]] + 1
+    # top-down order of the tree (a fold can hang a node under one placed later)
+    kids: list[list[int]] = [[] for _ in range(n)]
+    out = []
     for i in order:
-        if parents[i]:
-            best = max(parents[i], key=lambda p: (n_anc[p], -parents[i].index(p)))
-            tree[i] = best
-            n_anc[i] = n_anc[best] + 1
-    return tree, order
+        (kids[tree[i]] if tree[i] >= 0 else out).append(i)
+    head = 0
+    while head < len(out):
+        out.extend(kids[out[head]])
+        head += 1
+    return tree, out, false_pairs
 
 
 _CODES: dict[tuple[int, int, int], np.ndarray] = {}
@@ -183,14 +265,16 @@ def cap_construction(
     """Place every node so that caps nest along a spanning tree (see the module docstring).
 
     Returns a :class:`CapPlacement`; ``info`` has the largest radius, the
-    smallest step and the number of closure pairs the spanning tree cannot
-    hold (pairs reached only through a second parent).
+    smallest step, the number of closure pairs the spanning tree cannot
+    hold (pairs reached only through a second parent: ``pairs_off_tree``) and
+    the number of pairs its folds hold though they are not closure pairs
+    (``pairs_folded``, :func:`tree_parents`).
     """
     if dim < 2:
         raise ValueError(f"dim must be at least 2, got {dim}")
     rng = np.random.default_rng(seed)
     n = len(taxonomy)
-    tree, order = tree_parents(taxonomy)
+    tree, order, false_pairs = tree_plan(taxonomy)
     kids: list[list[int]] = [[] for _ in range(n)]
     roots = []
     for i in order:
@@ -242,11 +326,12 @@ def cap_construction(
     for i in order:
         if tree[i] >= 0:
             tree_anc[i] = tree_anc[tree[i]] + 1
-    lost = int(len(taxonomy.closure_edges()) - tree_anc.sum())
+    lost = int(len(taxonomy.closure_edges()) - (tree_anc.sum() - false_pairs))
     info = {
         "max_radius": float(rho.max()) if n else 0.0,
         "min_step": float(min(steps)) if steps else 0.0,
         "max_step": float(max(steps)) if steps else 0.0,
         "pairs_off_tree": lost,
+        "pairs_folded": int(false_pairs),
     }
     return CapPlacement(points=points, radius=rho, tree_parent=tree, info=info)
