@@ -63,6 +63,7 @@ OBJECTIVES: dict[str, tuple[str, list[str]]] = {
     ),
     "--unsupervised": ("default", ["--unsupervised"]),
     "--loss circle (ball, c = 1)": ("default", ["--loss", "circle", "--curvature", "1"]),
+    "twin, --loss circle": ("default", ["--loss", "circle", "--geometry", "euclidean"]),
     "--loss circle, c = 0.27": ("default", ["--loss", "circle", "--curvature", "0.27"]),
     "--loss circle, --curvature learn": ("default", ["--loss", "circle", "--curvature", "learn"]),
     "labels at c = 0.27": ("c027", []),
