@@ -216,10 +216,7 @@ class GraphBackend(Backend):
         self._ball = isinstance(space, PoincareIndexSpace)
         K = _kernels()
         self._table = space.kernel_table()
-        self._met = (
-            K.MODE_BALL if self._ball else K.MODE_PRODUCT,
-            *self._table,
-        )
+        self._met = K.metric(self._ball, self._table)
         self._n_aux = 1 if self._ball else len(self._table[0])
         self._dtype = np.float32
         if not self._ball or self._p["precision"] == "float64":
@@ -474,6 +471,8 @@ class GraphBackend(Backend):
         out_s = np.empty((nq, k), dtype=np.int64)
         out_d = np.empty((nq, k), dtype=np.float64)
         graph, start, met = self._graph, self._start, self._met
+        # no filter and no tombstones: the beam itself is the result list
+        track = allowed is not None or self._deleted > 0
 
         def run(a: int, b: int) -> None:
             item = self._visited.take(len(self._flags))
@@ -493,6 +492,7 @@ class GraphBackend(Backend):
                     k,
                     out_s[a:b],
                     out_d[a:b],
+                    track,
                 )
             finally:
                 self._visited.give(item)
