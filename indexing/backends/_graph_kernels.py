@@ -276,12 +276,13 @@ def search_batch(
 ):
     """Beam searches of ``queries`` (``(q, d)``, ``x``'s dtype; aux rows ``qaux``),
     each followed by the exact float64 re-ranking of its ``R_out`` best
-    returnable nodes: ``exact = (q64, gq, xt, gt, kinds, starts, curv)``, the
-    queries in float64 and their gaps, the table's float64 vectors and gaps and
-    the factor table (:mod:`models.geometry.kernels`).  Writes the ``k`` nearest
+    returnable nodes: ``exact = (q64, gq, xt, gt, n2s, kinds, starts, curv)``,
+    the queries in float64 and their gaps, the table's float64 vectors and
+    gaps (slot order), the slot of every node and the factor table
+    (:mod:`models.geometry.kernels`).  Writes the ``k`` nearest
     slots and distances (ascending, ties by slot; ``-1``/``inf`` padded) to
     ``out_s``/``out_d``; returns the last visited stamp used."""
-    q64, gq, xt, gt, kinds, starts, curv = exact
+    q64, gq, xt, gt, n2s, kinds, starts, curv = exact
     nq = queries.shape[0]
     bufs = _beam_buffers(L, R_out)
     beam_i, beam_k, expd, res_i, res_k = bufs
@@ -309,7 +310,7 @@ def search_batch(
         )
         m = 0
         for j in range(n):
-            s = res_i[j]
+            s = n2s[res_i[j]]
             d = _exact_dist(q64, i, gq, xt, s, gt, kinds, starts, curv)
             if d != d:
                 continue

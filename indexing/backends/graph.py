@@ -246,6 +246,11 @@ class GraphBackend(Backend):
         self._adj = np.full((cap, slack), -1, dtype=np.int32)
         self._deg = np.zeros(cap, dtype=np.int32)
         self._flags = np.zeros(cap, dtype=np.uint8)
+        # node <-> slot: the node arrays (x, aux, adj, deg, flags) are in node
+        # order, a breadth-first order of the graph after a bulk insertion
+        # (:meth:`_renumber`); slots past the last renumbering map to themselves
+        self._n2s = np.arange(cap, dtype=np.int64)
+        self._s2n = np.arange(cap, dtype=np.int64)
         self._n = 0  # slots covered by the arrays' contents
         self._in_graph = 0
         self._deleted = 0
@@ -270,6 +275,9 @@ class GraphBackend(Backend):
         self._adj = grown(self._adj, -1)
         self._deg = grown(self._deg, 0)
         self._flags = grown(self._flags, 0)
+        ident = np.arange(cap, new, dtype=np.int64)
+        self._n2s = np.concatenate([self._n2s[:cap], ident])
+        self._s2n = np.concatenate([self._s2n[:cap], ident])
         self._visited.clear()
 
     def _aux_of(self, v: np.ndarray, g: np.ndarray) -> np.ndarray:
@@ -283,9 +291,10 @@ class GraphBackend(Backend):
             self._grow(n)
             v = table.vectors[self._n : n]
             g = self.space.kernel_gaps(v)
-            self._x[self._n : n] = v
-            self._g[self._n : n] = g
-            self._aux[self._n : n] = self._aux_of(v, g)
+            nodes = self._s2n[self._n : n]
+            self._x[nodes] = v
+            self._g[self._n : n] = g  # the re-ranking's gaps: slot order
+            self._aux[nodes] = self._aux_of(v, g)
             self._n = n
 
     @property
@@ -329,8 +338,8 @@ class GraphBackend(Backend):
         for s in np.asarray(slots, dtype=np.int64).tolist():
             if s in self._deep:
                 self._deep.discard(s)
-            elif s < self._n and self._flags[s] == 1:
-                self._flags[s] = 2
+            elif s < self._n and self._flags[self._s2n[s]] == 1:
+                self._flags[self._s2n[s]] = 2
                 self._deleted += 1
 
     @property
@@ -351,7 +360,9 @@ class GraphBackend(Backend):
         if deep.any():
             self._deep.update(slots[deep].tolist())
             slots = slots[~deep]
+        slots = self._s2n[slots]  # nodes from here on
         slots = slots[self._flags[slots] == 0]
+        bulk = len(slots) >= max(1, self._in_graph) // 4
         if len(slots) == 0:
             return
         rng = np.random.default_rng(self._p["seed"] + self._in_graph)
@@ -408,6 +419,30 @@ class GraphBackend(Backend):
         n = self._n
         order = np.argsort(self._centrality(np.arange(n)), kind="stable")
         K.repair(self._graph, self._met, self._start, self._p["ef_construction"], order)
+        if bulk:
+            self._renumber()
+
+    def _renumber(self) -> None:
+        """Put the nodes in breadth-first order from the entry points, so a
+        node's neighbours lie near it in memory (slots, hence ids, unchanged)."""
+        n = self._n
+        order = _kernels().bfs_order(self._adj[:n], self._deg[:n], self._flags[:n], self._entries)
+        perm = np.concatenate([order, np.nonzero(self._flags[:n] == 0)[0]])
+        if len(perm) != n or (perm == np.arange(n)).all():
+            return
+        inv = np.empty(n, dtype=np.int64)
+        inv[perm] = np.arange(n)
+        for name in ("_x", "_aux", "_deg", "_flags"):
+            a = getattr(self, name)
+            a[:n] = a[:n][perm]
+        adj = self._adj[:n][perm]
+        edge = adj >= 0
+        adj[edge] = inv[adj[edge]]
+        self._adj[:n] = adj
+        self._n2s[:n] = self._n2s[:n][perm]
+        self._s2n[self._n2s[:n]] = np.arange(n)
+        self._set_entries(inv[self._entries])
+        self._visited.clear()
 
     def _set_entries(self, entries: np.ndarray) -> None:
         """Entry points, with a dense copy of their coordinates and aux data."""
@@ -456,7 +491,7 @@ class GraphBackend(Backend):
         width = max(self.ef if ef is None else int(ef), 2 * k)
         if allowed is not None:
             ok = np.zeros(len(self._flags), dtype=np.bool_)
-            ok[allowed] = True
+            ok[self._s2n[allowed]] = True
             # a filter leaves fewer returnable nodes near the query: widen the beam
             frac = n_graph / max(1, self._in_graph - self._deleted)
             width = int(min(max(width, width / max(frac, 1e-3)), 4 * width + 1024))
@@ -466,7 +501,7 @@ class GraphBackend(Backend):
         qx = q64 if self._dtype == np.float64 else np.ascontiguousarray(q64, dtype=self._dtype)
         gq = self.space.kernel_gaps(q64)
         qaux = np.ascontiguousarray(self._aux_of(q64, gq))
-        exact = (q64, gq, table.vectors, self._g, *self._table)
+        exact = (q64, gq, table.vectors, self._g, self._n2s, *self._table)
         nq = len(q64)
         out_s = np.empty((nq, k), dtype=np.int64)
         out_d = np.empty((nq, k), dtype=np.float64)
@@ -520,7 +555,7 @@ class GraphBackend(Backend):
         if bad.any():  # the graph did not reach k returnable items: stay exact
             rows = np.nonzero(bad)[0]
             if allowed is None:
-                allowed = np.nonzero(self._flags[: self._n] == 1)[0].astype(np.int64)
+                allowed = self._n2s[np.nonzero(self._flags[: self._n] == 1)[0]]
             s, d = exact_search(self.space, table, None, queries[rows], k, allowed=allowed)
             out_s[rows], out_d[rows] = s, d
         return out_s, out_d
@@ -551,6 +586,7 @@ class GraphBackend(Backend):
             tomb_w=self._aux[:n][tomb][:, 0] if self._ball else np.zeros(0),
             tomb_aux=self._aux[:n][tomb],
             wide=np.array([self._dtype == np.float64]),
+            n2s=self._n2s[:n],
         )
         return {"graph": buf.getvalue()}
 
@@ -564,13 +600,17 @@ class GraphBackend(Backend):
             tomb_x, wide = z["tomb_x"], bool(z["wide"][0])
             # snapshots before product graphs kept the ball's weights only
             tomb_aux = z["tomb_aux"] if "tomb_aux" in z.files else z["tomb_w"][:, None]
+            # snapshots before the renumbering kept the nodes in slot order
+            n2s = z["n2s"] if "n2s" in z.files else np.arange(len(flags), dtype=np.int64)
         n = len(flags)
         slack = self._p["R"] + self._p["R"] // 2
         if adj.shape != (n, slack) or len(deg) != n or n > table.n_slots:
             raise ValueError("graph snapshot: shapes do not match the table or the parameters")
         if n and (adj.max(initial=-1) >= n or deg.max(initial=0) > slack):
             raise ValueError("graph snapshot: edges out of range")
-        alive = table.alive[:n]
+        if n2s.shape != (n,) or not (np.sort(n2s) == np.arange(n)).all():
+            raise ValueError("graph snapshot: the node order is not a permutation")
+        alive = table.alive[n2s]
         if ((flags == 1) & ~alive).any():
             raise ValueError("graph snapshot: a live node is not live in the table")
         tomb = np.nonzero(flags == 2)[0]
@@ -583,6 +623,8 @@ class GraphBackend(Backend):
             raise ValueError("graph snapshot: a product graph must be float64")
         self._dtype = np.float64 if wide else np.float32
         self._reset(max(table.n_slots, 16))
+        self._n2s[:n] = n2s
+        self._s2n[n2s] = np.arange(n)
         self._sync_vectors(table)
         self._x[tomb] = tomb_x
         self._aux[tomb] = tomb_aux
@@ -593,7 +635,7 @@ class GraphBackend(Backend):
         self._deep = set(deep.tolist())
         self._in_graph, self._deleted = (int(v) for v in counts)
         live = table.live_slots()
-        missing = live[(self._flags[live] == 0)]
+        missing = live[(self._flags[self._s2n[live]] == 0)]
         missing = missing[~np.isin(missing, deep)]
         if len(missing):  # never expected: a snapshot covers its table
             self._insert(table, missing)
@@ -606,6 +648,8 @@ class GraphBackend(Backend):
             + self._adj.nbytes
             + self._deg.nbytes
             + self._flags.nbytes
+            + self._n2s.nbytes
+            + self._s2n.nbytes
         )
 
 
