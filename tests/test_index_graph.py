@@ -270,6 +270,8 @@ def test_precision_auto_follows_the_depth_of_the_data():
         backend = g._backend
         if precision == "auto":
             assert backend._dtype == np.float64 and not backend._deep
+            # deep data: the wider graph of DEEP_DEFAULTS
+            assert backend.params["R"] == 48 and backend.params["min_degree"] == 16
         else:
             assert backend._dtype == np.float32 and backend._deep  # scanned exactly
         results[precision] = g.search(q, k=10)
@@ -279,6 +281,28 @@ def test_precision_auto_follows_the_depth_of_the_data():
         assert recall_at(found, truth) >= 0.98, precision
         hit = found[:, 0] == truth[:, 0]
         np.testing.assert_array_equal(dist[hit, 0], bf[hit, 0])
+
+
+def test_deep_graph_snapshot_keeps_its_parameters(tmp_path):
+    x, q = cloud(3000, 20, seed=40)
+    r = 1.0 - 10.0 ** -np.random.default_rng(40).uniform(6.0, 7.0, size=len(x))
+    x *= (r / np.linalg.norm(x, axis=1))[:, None]
+    ix = HyperbolicIndex(16, backend="graph", path=tmp_path / "ix")
+    ix.add(x, make_ids(len(x)))
+    assert ix._backend.params["R"] == 48
+    before = ix.search(q, k=10)
+    adj = ix._backend._adj[: len(x)].copy()
+    ix.save()
+    ix.close()
+    again = HyperbolicIndex.load(tmp_path / "ix")
+    assert again._backend.params["R"] == 48 and again._backend._dtype == np.float64
+    np.testing.assert_array_equal(again._backend._adj[: len(x)], adj)  # restored, not rebuilt
+    np.testing.assert_array_equal(again.search(q, k=10)[0], before[0])
+    again.close()
+    # a given R is kept on deep data
+    given = HyperbolicIndex(16, backend="graph", R=24)
+    given.add(x, make_ids(len(x)))
+    assert given._backend.params["R"] == 24 and given._backend.params["min_degree"] == 16
 
 
 def test_bad_precision():
