@@ -30,7 +30,10 @@ nodes, in compiled kernels that release the GIL (:mod:`._graph_kernels`, numba):
   nearest graph node, and always keeps an edge to that node (a batch of
   near-duplicates would otherwise link only to itself and become an island);
 * after every insertion a repair pass links any node the entry points cannot
-  reach;
+  reach; after a bulk insertion (at least a quarter of the graph) the nodes
+  are renumbered in breadth-first order from the entry points, so a node's
+  neighbours lie near it in memory (node <-> slot maps: slots, hence ids,
+  never move; the maps go into snapshots);
 * a search is a beam search of width ``max(ef, 2k)``, and the best
   ``max(4k, k + 32)`` returnable nodes it visits are re-ranked by the exact
   float64 distance of :mod:`models.geometry.kernels` and merged into the top
@@ -58,9 +61,11 @@ coordinates, ranked, pruned and re-ranked with the product distance of
 proxy or the exact product distance).
 The README's ANN benchmark has the measurements behind these choices.
 
-Parameters: ``R`` (32), ``ef_construction`` (96), ``alpha`` (1.0), ``ef``
-(``None``: :func:`default_ef` of the dimension), ``n_entries`` (256),
-``max_batch`` (4096), ``handoffs`` (3), ``mates`` (32), ``min_degree`` (8),
+Parameters: ``R`` (32; 48 on deep data, :data:`DEEP_DEFAULTS`),
+``ef_construction`` (96), ``alpha`` (1.0), ``ef``
+(``None``: :func:`default_ef` of the dimension and depth), ``n_entries`` (256),
+``max_batch`` (4096), ``handoffs`` (3), ``mates`` (32), ``min_degree`` (8; 16
+on deep data),
 ``precision`` ("auto"), ``build_threads`` (0: numba's default),
 ``filter_exact_threshold`` (20000), ``seed`` (100).
 """
