@@ -535,7 +535,7 @@ def run_dataset(args, name):
 def tables(results, args, load0, started):
     head = (
         f"Measured {time.strftime('%Y-%m-%d')} with `python benchmarks/ann.py "
-        f"{' '.join(args.argv)}`".rstrip()
+        f"{' '.join(args.argv)}".rstrip()
         + f"`: {cpu_model()} ({platform.machine()}), {os.cpu_count()} CPUs, Python "
         f"{platform.python_version()}; {args.queries:,} queries per dataset in one call, "
         f"truth = brute-force exact float64 top-{args.k}; load average {load0:.1f} at the "
@@ -543,7 +543,6 @@ def tables(results, args, load0, started):
         "measured while other jobs shared the 2 cores, so every figure is the best of "
         f"{args.repeats} interleaved rounds. Builds with 2 threads.\n"
     )
-    head = head.replace("`python benchmarks/ann.py `", "`python benchmarks/ann.py`")
     lines = [
         head,
         "Fastest setting at recall@10 ≥ 0.99 (hypsearch: its defaults; — : not reached):",
