@@ -194,13 +194,60 @@ def test_auto_uses_the_graph_for_products():
 
 def test_builds_are_deterministic():
     x, q = cloud(4000, 20, seed=38)
-    adj = []
+    adj, order, found = [], [], []
     for _ in range(2):
         ix = HyperbolicIndex(16, backend="graph", seed=7)
         ix.add(x, make_ids(len(x)))
         b = ix._backend
         adj.append(b._adj[: b._n].copy())
+        order.append(b._n2s[: b._n].copy())
+        found.append(ix.search(q, k=10, ef=16))
     np.testing.assert_array_equal(adj[0], adj[1])
+    np.testing.assert_array_equal(order[0], order[1])  # the same node renumbering
+    np.testing.assert_array_equal(found[0][0], found[1][0])
+    np.testing.assert_array_equal(found[0][1], found[1][1])
+
+
+def test_renumbered_graph_answers_like_the_exact_scan(tmp_path):
+    x, q = cloud(6000, 100, seed=39)
+    ids = make_ids(len(x))
+    # filter_exact_threshold=0: filtered searches go through the graph too
+    graph = HyperbolicIndex(16, backend="graph", path=tmp_path / "ix", filter_exact_threshold=0)
+    exact = HyperbolicIndex(16, backend="exact")
+    for ix in (graph, exact):
+        ix.add(x[:5000], ids[:5000])
+    b = graph._backend
+    n = b._n
+    # the bulk insertion renumbered the nodes (breadth-first), the slots did not move
+    assert not (b._n2s[:n] == np.arange(n)).all()
+    np.testing.assert_array_equal(b._s2n[b._n2s[:n]], np.arange(n))
+    # the node arrays follow the renumbering: node j holds slot n2s[j]'s point
+    np.testing.assert_allclose(b._x[:n], x[b._n2s[:n]].astype(b._dtype))
+
+    def same(k=10, **kw):
+        gi, gd = graph.search(q, k=k, ef=64, **kw)
+        ei, ed = exact.search(q, k=k, **kw)
+        assert recall_at(gi, ei) >= 0.99
+        hit = gi == ei
+        assert hit.mean() >= 0.98
+        np.testing.assert_array_equal(gd[hit], ed[hit])
+        return gi
+
+    same()
+    # writes after the renumbering: new slots, deletions, a filter
+    for ix in (graph, exact):
+        ix.add(x[5000:], ids[5000:])
+        ix.delete(ids[:600:3])
+    found = same()
+    assert not set(found.ravel()) & set(ids[:600:3])
+    keep = set(ids[1::4])
+    assert set(same(k=5, filter_ids=keep).ravel()) <= keep
+    # a snapshot keeps the node order
+    graph.save()
+    again = HyperbolicIndex.load(tmp_path / "ix")
+    np.testing.assert_array_equal(again._backend._n2s[: b._n], b._n2s[: b._n])
+    np.testing.assert_array_equal(again.search(q, k=10)[0], graph.search(q, k=10)[0])
+    again.close()
 
 
 def test_precision_auto_follows_the_depth_of_the_data():
@@ -223,6 +270,8 @@ def test_precision_auto_follows_the_depth_of_the_data():
         backend = g._backend
         if precision == "auto":
             assert backend._dtype == np.float64 and not backend._deep
+            # deep data: the wider graph of DEEP_DEFAULTS
+            assert backend.params["R"] == 48 and backend.params["min_degree"] == 16
         else:
             assert backend._dtype == np.float32 and backend._deep  # scanned exactly
         results[precision] = g.search(q, k=10)
@@ -232,6 +281,28 @@ def test_precision_auto_follows_the_depth_of_the_data():
         assert recall_at(found, truth) >= 0.98, precision
         hit = found[:, 0] == truth[:, 0]
         np.testing.assert_array_equal(dist[hit, 0], bf[hit, 0])
+
+
+def test_deep_graph_snapshot_keeps_its_parameters(tmp_path):
+    x, q = cloud(3000, 20, seed=40)
+    r = 1.0 - 10.0 ** -np.random.default_rng(40).uniform(6.0, 7.0, size=len(x))
+    x *= (r / np.linalg.norm(x, axis=1))[:, None]
+    ix = HyperbolicIndex(16, backend="graph", path=tmp_path / "ix")
+    ix.add(x, make_ids(len(x)))
+    assert ix._backend.params["R"] == 48
+    before = ix.search(q, k=10)
+    adj = ix._backend._adj[: len(x)].copy()
+    ix.save()
+    ix.close()
+    again = HyperbolicIndex.load(tmp_path / "ix")
+    assert again._backend.params["R"] == 48 and again._backend._dtype == np.float64
+    np.testing.assert_array_equal(again._backend._adj[: len(x)], adj)  # restored, not rebuilt
+    np.testing.assert_array_equal(again.search(q, k=10)[0], before[0])
+    again.close()
+    # a given R is kept on deep data
+    given = HyperbolicIndex(16, backend="graph", R=24)
+    given.add(x, make_ids(len(x)))
+    assert given._backend.params["R"] == 24 and given._backend.params["min_degree"] == 16
 
 
 def test_bad_precision():

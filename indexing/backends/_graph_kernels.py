@@ -32,7 +32,8 @@ import threading
 
 import numba
 import numpy as np
-from numba import njit, prange
+from numba import njit, prange, types
+from numba.extending import overload
 
 from models.geometry.kernels import dist as _exact_dist
 from models.geometry.ranking import arcosh1p
@@ -51,53 +52,105 @@ _FLAGS_LIVE = 1
 
 
 #: metric modes: the Poincaré ranking proxy (``aux[:, 0]`` = w) or an exact
-#: product distance (``aux`` = the factors' gaps of models.geometry.kernels)
+#: product distance (``aux`` = the factors' gaps of models.geometry.kernels).
+#: :func:`metric` makes the ``met`` tuple the kernels take; its *type* says the
+#: mode (the ball's is the 1-tuple ``(MODE_BALL,)``), so every kernel is
+#: compiled once per mode with the other mode's code absent: with one kernel
+#: branching on the mode at run time, the product branch in the loop made
+#: the ball's beam search twice as slow.
 MODE_BALL, MODE_PRODUCT = 0, 1
 
 
-@njit(inline="always", fastmath=True, cache=True)
+def metric(ball: bool, table) -> tuple:
+    """The ``met`` argument of the kernels: ``(MODE_BALL,)`` or
+    ``(MODE_PRODUCT, kinds, starts, curvatures)``."""
+    return (MODE_BALL,) if ball else (MODE_PRODUCT, *table)
+
+
+def _is_ball(met) -> bool:
+    """Typing time: is ``met`` the ball's tuple?"""
+    return isinstance(met, types.BaseTuple) and len(met) == 1
+
+
 def _key(x, aux, i, q, qa, met):
     """Ranking key of row ``i`` of ``x`` from the point ``q`` (row 0 of ``q``,
     its aux data ``qa``): the proxy ``|x_i - q|^2 w_i`` in the ball, the exact
-    distance in a product."""
-    if met[0] == MODE_BALL:
-        s = 0.0
-        for t in range(x.shape[1]):
-            d = x[i, t] - q[0, t]
-            s += d * d
-        return s * aux[i, 0]
-    return _exact_dist(x, i, aux, q, 0, qa, met[1], met[2], met[3])
+    distance in a product.  (Compiled code only.)"""
+    raise NotImplementedError
 
 
-@njit(inline="always", fastmath=True, cache=True)
 def _sym(x, aux, i, j, met):
     """Symmetric key between nodes: ``K(i, j) = |x_i - x_j|^2 w_i w_j`` in the
-    ball, the exact distance in a product."""
-    if met[0] == MODE_BALL:
-        s = 0.0
-        for t in range(x.shape[1]):
-            d = x[i, t] - x[j, t]
-            s += d * d
-        return s * aux[i, 0] * aux[j, 0]
-    return _exact_dist(x, i, aux, x, j, aux, met[1], met[2], met[3])
+    ball, the exact distance in a product.  (Compiled code only.)"""
+    raise NotImplementedError
 
 
-@njit(inline="always", cache=True)
 def _to_sym(kk, aux, node, met):
-    """The symmetric key of a pair from the key of ``node``'s point to the other."""
-    return kk * aux[node, 0] if met[0] == MODE_BALL else kk
+    """The symmetric key of a pair from the key of ``node``'s point to the other.
+    (Compiled code only.)"""
+    raise NotImplementedError
+
+
+def _arc(kk, two_c, met):
+    """A monotone stand-in for the distance: ``sqrt(c) d = arcosh(1 + 2cK)`` in
+    the ball, the distance itself in a product.  (Compiled code only.)"""
+    raise NotImplementedError
 
 
 _arcosh1p = njit(inline="always")(arcosh1p)
+_FAST = {"fastmath": True}
 
 
-@njit(inline="always", cache=True)
-def _arc(kk, two_c, met):
-    """A monotone stand-in for the distance: ``sqrt(c) d = arcosh(1 + 2cK)`` in
-    the ball, the distance itself in a product."""
-    if met[0] == MODE_BALL:
-        return _arcosh1p(two_c * np.float64(kk))
-    return kk
+@overload(_key, jit_options=_FAST)
+def _key_impl(x, aux, i, q, qa, met):
+    if _is_ball(met):
+
+        def ball(x, aux, i, q, qa, met):
+            s = 0.0
+            for t in range(x.shape[1]):
+                d = x[i, t] - q[0, t]
+                s += d * d
+            return s * aux[i, 0]
+
+        return ball
+
+    def product(x, aux, i, q, qa, met):
+        return _exact_dist(x, i, aux, q, 0, qa, met[1], met[2], met[3])
+
+    return product
+
+
+@overload(_sym, jit_options=_FAST)
+def _sym_impl(x, aux, i, j, met):
+    if _is_ball(met):
+
+        def ball(x, aux, i, j, met):
+            s = 0.0
+            for t in range(x.shape[1]):
+                d = x[i, t] - x[j, t]
+                s += d * d
+            return s * aux[i, 0] * aux[j, 0]
+
+        return ball
+
+    def product(x, aux, i, j, met):
+        return _exact_dist(x, i, aux, x, j, aux, met[1], met[2], met[3])
+
+    return product
+
+
+@overload(_to_sym)
+def _to_sym_impl(kk, aux, node, met):
+    if _is_ball(met):
+        return lambda kk, aux, node, met: kk * aux[node, 0]
+    return lambda kk, aux, node, met: kk
+
+
+@overload(_arc)
+def _arc_impl(kk, two_c, met):
+    if _is_ball(met):
+        return lambda kk, two_c, met: _arcosh1p(two_c * np.float64(kk))
+    return lambda kk, two_c, met: kk
 
 
 @njit(inline="always", cache=True)
@@ -154,7 +207,7 @@ def _into_results(res_i, res_k, n, R_out, kk, node):
 
 
 @njit(nogil=True, cache=True)
-def _beam(graph, met, ok, q, qa, start, L, R_out, visited, stamp, bufs):
+def _beam(graph, met, ok, q, qa, start, L, R_out, visited, stamp, bufs, track):
     """One beam search for the point ``q`` (a ``(1, d)`` row, aux row ``qa``)
     from the entry points of ``start = (entries, ex, eaux)`` (their coordinates
     and aux data copied to the dense ``ex``, ``eaux``: scoring them reads memory
@@ -162,7 +215,10 @@ def _beam(graph, met, ok, q, qa, start, L, R_out, visited, stamp, bufs):
     and the work arrays ``bufs`` of :func:`_beam_buffers`.  Fills
     ``res_i/res_k`` (sorted, ``R_out`` wide) with the nearest returnable nodes
     visited; returns how many, and the size of the final beam
-    (``beam_i/beam_k[:n_beam]``, sorted)."""
+    (``beam_i/beam_k[:n_beam]``, sorted).  ``track=False`` (no filter, no
+    tombstones: every node of the beam may be returned) keeps no separate
+    result list -- the results are the head of the final beam, which halved
+    the cost of a search."""
     x, aux, adj, deg, flags = graph
     entries, ex, eaux = start
     beam_i, beam_k, expd, res_i, res_k = bufs
@@ -178,7 +234,7 @@ def _beam(graph, met, ok, q, qa, start, L, R_out, visited, stamp, bufs):
         visited[e] = stamp
         if n_beam < L or kk < beam_k[n_beam - 1]:
             n_beam, _ = _into_beam(beam_i, beam_k, expd, n_beam, L, kk, e)
-        if flags[e] == _FLAGS_LIVE and (ok.shape[0] == 0 or ok[e]):
+        if track and flags[e] == _FLAGS_LIVE and (ok.shape[0] == 0 or ok[e]):
             if n_res < R_out or kk < res_k[n_res - 1]:
                 n_res = _into_results(res_i, res_k, n_res, R_out, kk, e)
     p = 0
@@ -201,26 +257,32 @@ def _beam(graph, met, ok, q, qa, start, L, R_out, visited, stamp, bufs):
                 n_beam, pos = _into_beam(beam_i, beam_k, expd, n_beam, L, kk, nb)
                 if pos < nxt:
                     nxt = pos
-            if flags[nb] == _FLAGS_LIVE and (ok.shape[0] == 0 or ok[nb]):
+            if track and flags[nb] == _FLAGS_LIVE and (ok.shape[0] == 0 or ok[nb]):
                 if n_res < R_out or kk < res_k[n_res - 1]:
                     n_res = _into_results(res_i, res_k, n_res, R_out, kk, nb)
         if nxt < p:
             p = nxt
+    if not track:
+        n_res = min(R_out, n_beam)
+        for j in range(n_res):
+            res_i[j] = beam_i[j]
+            res_k[j] = beam_k[j]
     return n_res, n_beam
 
 
 @njit(nogil=True, cache=True)
 def search_batch(
-    graph, met, ok, queries, qaux, start, L, R_out, visited, stamp0, exact, k, out_s, out_d
+    graph, met, ok, queries, qaux, start, L, R_out, visited, stamp0, exact, k, out_s, out_d, track
 ):
     """Beam searches of ``queries`` (``(q, d)``, ``x``'s dtype; aux rows ``qaux``),
     each followed by the exact float64 re-ranking of its ``R_out`` best
-    returnable nodes: ``exact = (q64, gq, xt, gt, kinds, starts, curv)``, the
-    queries in float64 and their gaps, the table's float64 vectors and gaps and
-    the factor table (:mod:`models.geometry.kernels`).  Writes the ``k`` nearest
+    returnable nodes: ``exact = (q64, gq, xt, gt, n2s, kinds, starts, curv)``,
+    the queries in float64 and their gaps, the table's float64 vectors and
+    gaps (slot order), the slot of every node and the factor table
+    (:mod:`models.geometry.kernels`).  Writes the ``k`` nearest
     slots and distances (ascending, ties by slot; ``-1``/``inf`` padded) to
     ``out_s``/``out_d``; returns the last visited stamp used."""
-    q64, gq, xt, gt, kinds, starts, curv = exact
+    q64, gq, xt, gt, n2s, kinds, starts, curv = exact
     nq = queries.shape[0]
     bufs = _beam_buffers(L, R_out)
     beam_i, beam_k, expd, res_i, res_k = bufs
@@ -244,10 +306,11 @@ def search_batch(
             visited,
             np.uint32(stamp),
             bufs,
+            track,
         )
         m = 0
         for j in range(n):
-            s = res_i[j]
+            s = n2s[res_i[j]]
             d = _exact_dist(q64, i, gq, xt, s, gt, kinds, starts, curv)
             if d != d:
                 continue
@@ -385,6 +448,7 @@ def insert_batch(graph, met, nodes, start, L, R, alpha, two_c, visited, n_thread
                 vis,
                 np.uint32(stamp),
                 bufs,
+                False,
             )
             # candidates: the live nodes of the final beam (symmetric keys)
             m = 0
@@ -622,6 +686,7 @@ def repair(graph, met, start, L, order):
                     visited,
                     np.uint32(stamp),
                     bufs,
+                    False,
                 )
                 for j in range(n_beam):
                     v = beam_i[j]

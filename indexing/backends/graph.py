@@ -30,7 +30,10 @@ nodes, in compiled kernels that release the GIL (:mod:`._graph_kernels`, numba):
   nearest graph node, and always keeps an edge to that node (a batch of
   near-duplicates would otherwise link only to itself and become an island);
 * after every insertion a repair pass links any node the entry points cannot
-  reach;
+  reach; after a bulk insertion (at least a quarter of the graph) the nodes
+  are renumbered in breadth-first order from the entry points, so a node's
+  neighbours lie near it in memory (node <-> slot maps: slots, hence ids,
+  never move; the maps go into snapshots);
 * a search is a beam search of width ``max(ef, 2k)``, and the best
   ``max(4k, k + 32)`` returnable nodes it visits are re-ranked by the exact
   float64 distance of :mod:`models.geometry.kernels` and merged into the top
@@ -58,9 +61,11 @@ coordinates, ranked, pruned and re-ranked with the product distance of
 proxy or the exact product distance).
 The README's ANN benchmark has the measurements behind these choices.
 
-Parameters: ``R`` (32), ``ef_construction`` (96), ``alpha`` (1.0), ``ef``
-(``None``: :func:`default_ef` of the dimension), ``n_entries`` (256),
-``max_batch`` (4096), ``handoffs`` (3), ``mates`` (32), ``min_degree`` (8),
+Parameters: ``R`` (32; 48 on deep data, :data:`DEEP_DEFAULTS`),
+``ef_construction`` (96), ``alpha`` (1.0), ``ef``
+(``None``: :func:`default_ef` of the dimension and depth), ``n_entries`` (256),
+``max_batch`` (4096), ``handoffs`` (3), ``mates`` (32), ``min_degree`` (8; 16
+on deep data),
 ``precision`` ("auto"), ``build_threads`` (0: numba's default),
 ``filter_exact_threshold`` (20000), ``seed`` (100).
 """
@@ -101,6 +106,11 @@ _DEFAULTS: dict[str, Any] = {
 #: items is deep (label embeddings of a big taxonomy), else float32 with the
 #: deep items scanned exactly.
 AUTO_DEEP_SHARE = 0.01
+#: the defaults that change when ``precision="auto"`` picks float64 for deep
+#: data (unless given): on the WordNet noun embeddings (30,000 x 10-d) R = 48
+#: and a minimum degree of 16 took recall@10 at ef 96 from 0.962 to 0.992 and
+#: the build from 79 s to 12 s (a near-tree graph makes every beam long)
+DEEP_DEFAULTS: dict[str, int] = {"R": 48, "min_degree": 16}
 _INT_PARAMS = ("R", "ef_construction", "max_batch", "n_entries")
 #: queries per search thread at least (below that one thread answers them all)
 _MIN_CHUNK = 16
@@ -136,17 +146,20 @@ def _executor(n: int) -> ThreadPoolExecutor:
         return _pool
 
 
-def default_ef(dim: int, n: int) -> int:
+def default_ef(dim: int, n: int, *, deep: bool = False) -> int:
     """The beam width a search uses when neither the call nor the parameters set
-    one, for ``n`` items of dimension ``dim``: the smallest that reached
-    recall@10 >= 0.99 on the benchmark clouds of that size (README, "The
-    index"); a bigger graph needs a wider beam."""
+    one, for ``n`` items of dimension ``dim`` (``deep``: ball data deep enough
+    for float64 coordinates, such as label embeddings): the smallest that
+    reached recall@10 >= 0.99 on the benchmark datasets of that size (README,
+    "The index"); a bigger graph needs a wider beam."""
     big = n > 300_000
+    if deep:
+        return 128 if big else 96
     if dim <= 20:
         return 64 if big else 40
     if dim <= 40:
-        return 128 if big else 96
-    return 256 if big else 192
+        return 96 if big else 64
+    return 256 if big else 128
 
 
 def _kernels():
@@ -213,13 +226,11 @@ class GraphBackend(Backend):
     def __init__(self, space: IndexSpace, **params: Any) -> None:
         super().__init__(space)
         self._p = _check_params(space, params)
+        self._given = set(params)
         self._ball = isinstance(space, PoincareIndexSpace)
         K = _kernels()
         self._table = space.kernel_table()
-        self._met = (
-            K.MODE_BALL if self._ball else K.MODE_PRODUCT,
-            *self._table,
-        )
+        self._met = K.metric(self._ball, self._table)
         self._n_aux = 1 if self._ball else len(self._table[0])
         self._dtype = np.float32
         if not self._ball or self._p["precision"] == "float64":
@@ -235,7 +246,21 @@ class GraphBackend(Backend):
     def ef(self) -> int:
         """The default beam width of a search."""
         n = self._in_graph - self._deleted
-        return self._p["ef"] or default_ef(self.space.dim, n)  # None: per dimension and size
+        if self._p["ef"]:
+            return self._p["ef"]
+        # None: per dimension and size, wider on deep data
+        return default_ef(self.space.dim, n, deep=self._deep_tuned())
+
+    def _deep_tuned(self) -> bool:
+        """Ball data deep enough that ``precision="auto"`` chose float64."""
+        return self._ball and self._p["precision"] == "auto" and self._dtype == np.float64
+
+    def _tune_for_depth(self) -> None:
+        """:data:`DEEP_DEFAULTS` on deep data, the plain defaults otherwise (the
+        parameters given to the constructor stay as given)."""
+        for key, value in DEEP_DEFAULTS.items():
+            if key not in self._given:
+                self._p[key] = value if self._deep_tuned() else _DEFAULTS[key]
 
     # -- state ------------------------------------------------------------------------
     def _reset(self, capacity: int) -> None:
@@ -249,6 +274,11 @@ class GraphBackend(Backend):
         self._adj = np.full((cap, slack), -1, dtype=np.int32)
         self._deg = np.zeros(cap, dtype=np.int32)
         self._flags = np.zeros(cap, dtype=np.uint8)
+        # node <-> slot: the node arrays (x, aux, adj, deg, flags) are in node
+        # order, a breadth-first order of the graph after a bulk insertion
+        # (:meth:`_renumber`); slots past the last renumbering map to themselves
+        self._n2s = np.arange(cap, dtype=np.int64)
+        self._s2n = np.arange(cap, dtype=np.int64)
         self._n = 0  # slots covered by the arrays' contents
         self._in_graph = 0
         self._deleted = 0
@@ -273,6 +303,9 @@ class GraphBackend(Backend):
         self._adj = grown(self._adj, -1)
         self._deg = grown(self._deg, 0)
         self._flags = grown(self._flags, 0)
+        ident = np.arange(cap, new, dtype=np.int64)
+        self._n2s = np.concatenate([self._n2s[:cap], ident])
+        self._s2n = np.concatenate([self._s2n[:cap], ident])
         self._visited.clear()
 
     def _aux_of(self, v: np.ndarray, g: np.ndarray) -> np.ndarray:
@@ -286,9 +319,10 @@ class GraphBackend(Backend):
             self._grow(n)
             v = table.vectors[self._n : n]
             g = self.space.kernel_gaps(v)
-            self._x[self._n : n] = v
-            self._g[self._n : n] = g
-            self._aux[self._n : n] = self._aux_of(v, g)
+            nodes = self._s2n[self._n : n]
+            self._x[nodes] = v
+            self._g[self._n : n] = g  # the re-ranking's gaps: slot order
+            self._aux[nodes] = self._aux_of(v, g)
             self._n = n
 
     @property
@@ -309,6 +343,7 @@ class GraphBackend(Backend):
         want = np.float64 if deep > AUTO_DEEP_SHARE else np.float32
         changed = want != self._dtype
         self._dtype = want
+        self._tune_for_depth()
         return changed
 
     def build(self, table: ItemTable) -> None:
@@ -332,8 +367,8 @@ class GraphBackend(Backend):
         for s in np.asarray(slots, dtype=np.int64).tolist():
             if s in self._deep:
                 self._deep.discard(s)
-            elif s < self._n and self._flags[s] == 1:
-                self._flags[s] = 2
+            elif s < self._n and self._flags[self._s2n[s]] == 1:
+                self._flags[self._s2n[s]] = 2
                 self._deleted += 1
 
     @property
@@ -354,7 +389,9 @@ class GraphBackend(Backend):
         if deep.any():
             self._deep.update(slots[deep].tolist())
             slots = slots[~deep]
+        slots = self._s2n[slots]  # nodes from here on
         slots = slots[self._flags[slots] == 0]
+        bulk = len(slots) >= max(1, self._in_graph) // 4
         if len(slots) == 0:
             return
         rng = np.random.default_rng(self._p["seed"] + self._in_graph)
@@ -411,6 +448,30 @@ class GraphBackend(Backend):
         n = self._n
         order = np.argsort(self._centrality(np.arange(n)), kind="stable")
         K.repair(self._graph, self._met, self._start, self._p["ef_construction"], order)
+        if bulk:
+            self._renumber()
+
+    def _renumber(self) -> None:
+        """Put the nodes in breadth-first order from the entry points, so a
+        node's neighbours lie near it in memory (slots, hence ids, unchanged)."""
+        n = self._n
+        order = _kernels().bfs_order(self._adj[:n], self._deg[:n], self._flags[:n], self._entries)
+        perm = np.concatenate([order, np.nonzero(self._flags[:n] == 0)[0]])
+        if len(perm) != n or (perm == np.arange(n)).all():
+            return
+        inv = np.empty(n, dtype=np.int64)
+        inv[perm] = np.arange(n)
+        for name in ("_x", "_aux", "_deg", "_flags"):
+            a = getattr(self, name)
+            a[:n] = a[:n][perm]
+        adj = self._adj[:n][perm]
+        edge = adj >= 0
+        adj[edge] = inv[adj[edge]]
+        self._adj[:n] = adj
+        self._n2s[:n] = self._n2s[:n][perm]
+        self._s2n[self._n2s[:n]] = np.arange(n)
+        self._set_entries(inv[self._entries])
+        self._visited.clear()
 
     def _set_entries(self, entries: np.ndarray) -> None:
         """Entry points, with a dense copy of their coordinates and aux data."""
@@ -459,7 +520,7 @@ class GraphBackend(Backend):
         width = max(self.ef if ef is None else int(ef), 2 * k)
         if allowed is not None:
             ok = np.zeros(len(self._flags), dtype=np.bool_)
-            ok[allowed] = True
+            ok[self._s2n[allowed]] = True
             # a filter leaves fewer returnable nodes near the query: widen the beam
             frac = n_graph / max(1, self._in_graph - self._deleted)
             width = int(min(max(width, width / max(frac, 1e-3)), 4 * width + 1024))
@@ -469,11 +530,13 @@ class GraphBackend(Backend):
         qx = q64 if self._dtype == np.float64 else np.ascontiguousarray(q64, dtype=self._dtype)
         gq = self.space.kernel_gaps(q64)
         qaux = np.ascontiguousarray(self._aux_of(q64, gq))
-        exact = (q64, gq, table.vectors, self._g, *self._table)
+        exact = (q64, gq, table.vectors, self._g, self._n2s, *self._table)
         nq = len(q64)
         out_s = np.empty((nq, k), dtype=np.int64)
         out_d = np.empty((nq, k), dtype=np.float64)
         graph, start, met = self._graph, self._start, self._met
+        # no filter and no tombstones: the beam itself is the result list
+        track = allowed is not None or self._deleted > 0
 
         def run(a: int, b: int) -> None:
             item = self._visited.take(len(self._flags))
@@ -493,6 +556,7 @@ class GraphBackend(Backend):
                     k,
                     out_s[a:b],
                     out_d[a:b],
+                    track,
                 )
             finally:
                 self._visited.give(item)
@@ -520,7 +584,7 @@ class GraphBackend(Backend):
         if bad.any():  # the graph did not reach k returnable items: stay exact
             rows = np.nonzero(bad)[0]
             if allowed is None:
-                allowed = np.nonzero(self._flags[: self._n] == 1)[0].astype(np.int64)
+                allowed = self._n2s[np.nonzero(self._flags[: self._n] == 1)[0]]
             s, d = exact_search(self.space, table, None, queries[rows], k, allowed=allowed)
             out_s[rows], out_d[rows] = s, d
         return out_s, out_d
@@ -551,6 +615,7 @@ class GraphBackend(Backend):
             tomb_w=self._aux[:n][tomb][:, 0] if self._ball else np.zeros(0),
             tomb_aux=self._aux[:n][tomb],
             wide=np.array([self._dtype == np.float64]),
+            n2s=self._n2s[:n],
         )
         return {"graph": buf.getvalue()}
 
@@ -564,13 +629,19 @@ class GraphBackend(Backend):
             tomb_x, wide = z["tomb_x"], bool(z["wide"][0])
             # snapshots before product graphs kept the ball's weights only
             tomb_aux = z["tomb_aux"] if "tomb_aux" in z.files else z["tomb_w"][:, None]
+            # snapshots before the renumbering kept the nodes in slot order
+            n2s = z["n2s"] if "n2s" in z.files else np.arange(len(flags), dtype=np.int64)
         n = len(flags)
+        self._dtype = np.float64 if wide else np.float32
+        self._tune_for_depth()
         slack = self._p["R"] + self._p["R"] // 2
         if adj.shape != (n, slack) or len(deg) != n or n > table.n_slots:
             raise ValueError("graph snapshot: shapes do not match the table or the parameters")
         if n and (adj.max(initial=-1) >= n or deg.max(initial=0) > slack):
             raise ValueError("graph snapshot: edges out of range")
-        alive = table.alive[:n]
+        if n2s.shape != (n,) or not (np.sort(n2s) == np.arange(n)).all():
+            raise ValueError("graph snapshot: the node order is not a permutation")
+        alive = table.alive[n2s]
         if ((flags == 1) & ~alive).any():
             raise ValueError("graph snapshot: a live node is not live in the table")
         tomb = np.nonzero(flags == 2)[0]
@@ -581,8 +652,9 @@ class GraphBackend(Backend):
             raise ValueError("graph snapshot: tombstone coordinates do not match")
         if not self._ball and not wide:
             raise ValueError("graph snapshot: a product graph must be float64")
-        self._dtype = np.float64 if wide else np.float32
         self._reset(max(table.n_slots, 16))
+        self._n2s[:n] = n2s
+        self._s2n[n2s] = np.arange(n)
         self._sync_vectors(table)
         self._x[tomb] = tomb_x
         self._aux[tomb] = tomb_aux
@@ -593,7 +665,7 @@ class GraphBackend(Backend):
         self._deep = set(deep.tolist())
         self._in_graph, self._deleted = (int(v) for v in counts)
         live = table.live_slots()
-        missing = live[(self._flags[live] == 0)]
+        missing = live[(self._flags[self._s2n[live]] == 0)]
         missing = missing[~np.isin(missing, deep)]
         if len(missing):  # never expected: a snapshot covers its table
             self._insert(table, missing)
@@ -606,6 +678,8 @@ class GraphBackend(Backend):
             + self._adj.nbytes
             + self._deg.nbytes
             + self._flags.nbytes
+            + self._n2s.nbytes
+            + self._s2n.nbytes
         )
 
 
