@@ -153,8 +153,8 @@ def default_ef(dim: int, n: int, *, deep: bool = False) -> int:
     reached recall@10 >= 0.99 on the benchmark datasets of that size (README,
     "The index"); a bigger graph needs a wider beam."""
     big = n > 300_000
-    if deep:
-        return 128 if big else 96
+    if deep:  # WordNet nouns: 0.9937 at ef 96 on 30,000; 0.9908 at ef 192 on all 82,115
+        return 96 if n <= 50_000 else 192
     if dim <= 20:
         return 64 if big else 40
     if dim <= 40:
