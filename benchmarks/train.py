@@ -302,7 +302,6 @@ def run_objectives(args, labels: Path, home: Path, env: dict) -> int:
     res = {}
     for i, name in enumerate(names):
         kind, flags = OBJECTIVES[name]
-        lab = _objective_labels(kind, home, labels, env)
         slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
         model = args.out_dir / f"obj-{slug}.safetensors"  # stable when rows are added
         info_path = model.with_suffix(".train.json")
@@ -313,6 +312,7 @@ def run_objectives(args, labels: Path, home: Path, env: dict) -> int:
                 "eval": json.loads(ev_path.read_text()),
             }
             continue
+        lab = _objective_labels(kind, home, labels, env)
         budget = ["--time-budget", str(args.budget), "--quiet"]
         if args.epochs:  # the same steps for every row, whatever the load
             budget = ["--time-budget", "0", "--epochs", str(args.epochs), "--quiet"]
