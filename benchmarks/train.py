@@ -280,12 +280,16 @@ def objectives_table(res: dict, args) -> str:
         lines.append(f"| {name} | {tr['epochs']} | {tr['wall_seconds']:.0f} | {vals} |")
     la = os.getloadavg()
     lim = f" --limit {args.limit}" if args.limit else ""
+    if args.epochs:
+        plan, row = f"--epochs {args.epochs}", f"--time-budget 0 --epochs {args.epochs}"
+    else:
+        plan, row = f"--budget {args.budget:.0f}", f"--time-budget {args.budget:.0f}"
     lines += [
         "",
         f"Load average at the end: {la[0]:.1f} / {la[1]:.1f} / {la[2]:.1f}. Reproduce: "
-        f"`python benchmarks/train.py --objectives --budget {args.budget:.0f} --threads "
+        f"`python benchmarks/train.py --objectives {plan} --threads "
         f"{args.threads}{lim}` (each row: `hypsearch train --dataset fashion-mnist --labels "
-        f"LABELS --out M --time-budget {args.budget:.0f}{lim} --threads {args.threads} "
+        f"LABELS --out M {row}{lim} --threads {args.threads} "
         "--restart` with the "
         "row's flags, then `hypsearch eval --model M --dataset fashion-mnist --split test "
         "--no-ood --no-delta --json`). '–': not defined for the row (a product model has no "
