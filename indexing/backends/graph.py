@@ -162,7 +162,9 @@ def default_ef(dim: int, n: int, *, deep: bool = False, product: bool = False) -
         return 64 if big else 40
     if dim <= 40:
         return 96 if big else 64
-    return 256 if big else 128
+    if big:
+        return 256
+    return 192 if n > 100_000 else 128  # 64-d cloud at 200,000: 0.9861 at 128, 0.9901 at 192
 
 
 def _kernels():
