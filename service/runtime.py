@@ -92,14 +92,12 @@ class Runtime:
                 raise StartupError(
                     "labels: only a product-space collection is served without labels"
                 )
-            if model is not None and (
-                getattr(model, "geometry", "poincare") != "product"
-                or getattr(model.space, "spec", None) != self.space.spec
-            ):
+            geometry = getattr(model, "geometry", "poincare")
+            spec = getattr(getattr(model, "space", None), "spec", None) if model else None
+            if model is not None and (geometry != "product" or spec != self.space.spec):
+                what = f"{geometry} model" if geometry != "product" else f"{spec} model"
                 raise StartupError(
-                    f"model: a {getattr(model, 'geometry', 'poincare')} model "
-                    f"{getattr(model.space, 'spec', '')} cannot fill the product-space index "
-                    f"{self.space.spec}".replace("  ", " ")
+                    f"model: a {what} cannot fill the product-space index {self.space.spec}"
                 )
             self._init_vectors_only(index, image_dir, data_dir, model)
             return
