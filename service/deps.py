@@ -90,24 +90,13 @@ async def get_services(request: Request) -> AsyncIterator[Services]:
             yield services
             return
         try:
-            yield dataclasses.replace(
-                services,
-                runtime=served.runtime,
-                searcher=served.searcher,
-                batcher=served.batcher,
-            )
+            yield _served_services(services, served)
         finally:
             served.release()
         return
     served = services.collections.acquire(name)
     try:
-        yield dataclasses.replace(
-            services,
-            runtime=served.runtime,
-            searcher=served.searcher,
-            batcher=served.batcher,
-            jobs=None,
-        )
+        yield _served_services(services, served, jobs=None)
     finally:
         served.release()
 
@@ -229,3 +218,14 @@ async def require_api_key(request: Request, settings: SettingsDep) -> None:
 
 
 WriteAccess = Depends(require_api_key)
+
+
+def _served_services(services: Services, served, **extra) -> Services:
+    """``services`` with a leased collection's runtime, searcher and batcher."""
+    return dataclasses.replace(
+        services,
+        runtime=served.runtime,
+        searcher=served.searcher,
+        batcher=served.batcher,
+        **extra,
+    )
