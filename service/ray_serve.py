@@ -123,6 +123,13 @@ def serve_on_ray(
 
     from indexing.sharded import ShardedIndex
 
+    if stop is None:
+        # Installed before Serve starts (and after ray.init, whose fatal-signal handler
+        # it replaces): a SIGTERM that comes while ``serve.run`` still waits for the
+        # last replica -- the proxy already routes to the first -- is a clean stop too.
+        stop = threading.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
     index = ShardedIndex(settings.index, shards=shards, dim=dim, curvature=curvature, ray=True)
     try:
         serve.start(http_options={"host": settings.host, "port": settings.port})
@@ -135,10 +142,6 @@ def serve_on_ray(
         serve.run(deployment.bind(settings_kw), name="hypsearch", route_prefix="/")
         if announce:
             print(announce, flush=True)
-        if stop is None:
-            stop = threading.Event()
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                signal.signal(sig, lambda *_: stop.set())
         while not stop.wait(0.5):
             pass
         log.info("stopping: Serve, then the shards")

@@ -413,3 +413,41 @@ def test_serve_on_ray_answers_like_the_single_service(tmp_path, tmp_path_factory
     again = ShardedIndex.load(tmp_path / "sharded")  # the write is durable in its shard
     assert len(again) == n + 1 and again.get("new-one") is not None
     again.close()
+
+
+def test_serve_on_ray_stops_cleanly_when_told_to_while_it_still_starts(
+    tmp_path, tmp_path_factory, ray_cluster
+):
+    """A SIGTERM that comes while ``serve.run`` still waits for its replicas (the proxy
+    may already route to the first) is a clean stop: exit 0, no Serve application and
+    no shard actor left -- not Ray's fatal-signal dump and rc 15."""
+    import signal
+
+    import torch
+
+    from tests.test_service_support import Server, artifacts, fill_index, needs_data
+
+    if needs_data.args[0]:
+        pytest.skip(needs_data.kwargs["reason"])
+    torch.set_num_threads(1)
+    art = artifacts(tmp_path_factory)
+    sharded = ShardedIndex(
+        tmp_path / "sharded", shards=2, dim=art.model.dim, curvature=art.model.curvature
+    )
+    fill_index(sharded, art.model, 50)
+    sharded.close()
+    srv = Server(
+        ["--model", str(art.model_path), "--index", str(tmp_path / "sharded"), "--threads", "1"]
+        + ["--ray", ray_cluster.get_runtime_context().gcs_address, "--shards", "2"]
+        + ["--replicas", "2"],
+        tmp_path / "serve.log",
+    )
+    deadline = time.monotonic() + 180
+    while "Started Serve" not in srv.tail():
+        assert srv.proc.poll() is None and time.monotonic() < deadline, srv.tail()
+        time.sleep(0.05)
+    rc = srv.stop(signal.SIGTERM, timeout=180)
+    assert rc == 0, srv.tail()
+    assert "SIGTERM received" not in srv.log.read_text(errors="replace")
+    left = [str(a) for a in ray_cluster.util.list_named_actors(all_namespaces=True)]
+    assert not [a for a in left if "SERVE" in a or "hypsearch-shard" in a], left
