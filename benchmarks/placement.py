@@ -69,7 +69,12 @@ def main() -> int:
     model._placement = None
     z = model.embed(data.images[va])
     classes = [data.classes[t][1] for t in targets[va]]
-    pl = ConePlacement(model.labels, model.seen_classes, PlacementConfig(tau=cfg.get("tau", 1.0)))
+    pl = ConePlacement(
+        model.labels,
+        model.seen_classes,
+        PlacementConfig(tau=cfg.get("tau", 1.0)),
+        prototypes=model.head_prototypes(),
+    )
     got = calibrate(
         pl, z, classes, in_class=args.in_class, other=args.other, quantile=args.quantile
     )

@@ -365,7 +365,7 @@ def step_times(nodes=(1770, 10699), samples=(0, 256), batch=256, reps=12) -> str
         ex[:, 1:8] = True  # a few ancestors
         protos = Prototypes(pts[target], pts, target, ex)
         for s in samples:
-            crit = build_criterion(TrainConfig(negative_sample=s), sp, protos)
+            crit = build_criterion(TrainConfig(negative_sample=s).resolved(), sp, protos)
             ts = []
             for _ in range(reps):
                 v = torch.randn(batch, 10, generator=g, dtype=torch.float64) * 0.5

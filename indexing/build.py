@@ -387,7 +387,7 @@ def embed_plan(
         # finest clusters, not their ancestors); else every taxonomy node
         every = getattr(model, "prediction_nodes", None) or model.labels.taxonomy.names
         names = prediction_labels(in_use, every)
-        candidates = Prototypes.of_labels(model.labels).subset(names)
+        candidates = Prototypes.of_model(model).subset(names)
     workers = 0 if plan.images is not None else workers
     loader = DataLoader(
         _Pictures(todo, plan.images, max_pixels),

@@ -16,6 +16,16 @@ implementation per formula), :class:`EuclideanSpace` the Euclidean norm.
 Label prototypes enter a Euclidean space through ``logmap0`` (their tangent
 vectors at the origin), so a Euclidean twin aims at the same directions and
 (tangent) radii as the hyperbolic model.
+
+``scale`` (:attr:`Space.scale`, 0: off) makes the prototypes the label points as
+seen from the head's base point ``m`` with their distances from ``m`` multiplied
+by ``scale``: :func:`models.geometry.poincare.toward` ``(m, p, scale·d(m, p))``
+(the twin: the tangent vector scaled alike). Training sets it so that the trained
+classes lie at a mean distance ``prototype_radius`` from ``m``
+(:attr:`models.train_config.TrainConfig.prototype_radius`): the label points of
+a cap construction lie 11 to 16 units away, where ``-d(z, p)`` varies with the
+angle only like ``-2 log sin(θ/2)`` and the images must travel far out; scaled,
+directions and depth order stay the labels'.
 """
 
 from __future__ import annotations
@@ -50,6 +60,7 @@ class Space:
     """Distances of an embedding space; every method takes float64 tensors."""
 
     name = "?"
+    scale = 0.0  # prototypes: the label points' distances from the base point times this
 
     def pairwise(
         self, x: torch.Tensor, y: torch.Tensor
@@ -82,10 +93,17 @@ class PoincareSpace(Space):
 
     name = "poincare"
 
-    def __init__(self, curvature: float, base: torch.Tensor | None = None, learned=None):
+    def __init__(
+        self,
+        curvature: float,
+        base: torch.Tensor | None = None,
+        learned=None,
+        scale: float = 0.0,
+    ):
         self._c = float(curvature)
         self.base = base  # the head's base point (where a zero feature lands)
         self.learned = learned
+        self.scale = float(scale)
 
     @property
     def c(self):
@@ -106,7 +124,10 @@ class PoincareSpace(Space):
         return poincare.distance_to_origin(x, c=self.c)
 
     def from_ball(self, p):
-        return p
+        if not self.scale:
+            return p
+        m = torch.zeros_like(p) if self.base is None else self.base.to(p.dtype).expand_as(p)
+        return poincare.toward(m, p, self.scale * self.dist(m, p)[..., None], c=self.c)
 
     def midpoint(self, x):
         """Einstein midpoint (hyperbolic ProtoNet prototype of a few examples)."""
@@ -123,9 +144,12 @@ class EuclideanSpace(Space):
 
     name = "euclidean"
 
-    def __init__(self, curvature: float = 1.0, base: torch.Tensor | None = None):
+    def __init__(
+        self, curvature: float = 1.0, base: torch.Tensor | None = None, scale: float = 0.0
+    ):
         self.c = float(curvature)  # only to map label points
         self.base = base
+        self.scale = float(scale)
 
     def pairwise(self, x, y):
         return nm.safe_sqrt(nm.pairwise_sqdist(x, y)).to(x.dtype)
@@ -142,7 +166,8 @@ class EuclideanSpace(Space):
     def from_ball(self, p):
         if self.base is not None:
             p = poincare.mobius_add(-self.base.to(p.dtype).expand_as(p), p, c=self.c)
-        return poincare.logmap0(p, c=self.c)
+        v = poincare.logmap0(p, c=self.c)
+        return v * self.scale if self.scale else v
 
     def midpoint(self, x):
         return x.mean(0)
@@ -198,12 +223,18 @@ class ProductTrainSpace(Space):
 
 
 def make_space(
-    geometry: str, curvature: float, base: torch.Tensor | None = None, spec: str | None = None
+    geometry: str,
+    curvature: float,
+    base: torch.Tensor | None = None,
+    spec: str | None = None,
+    scale: float = 0.0,
 ) -> Space:
+    """The space of a head; ``scale`` > 0: prototypes at that multiple of the label
+    points' distances from ``base`` (:attr:`Space.scale`)."""
     if geometry == "poincare":
-        return PoincareSpace(curvature, base)
+        return PoincareSpace(curvature, base, scale=scale)
     if geometry == "euclidean":
-        return EuclideanSpace(curvature, base)
+        return EuclideanSpace(curvature, base, scale=scale)
     if geometry == "product" and spec:
         return ProductTrainSpace(spec, curvature, base)
     raise ValueError(f"unknown geometry {geometry!r} (poincare, euclidean or product)")
@@ -222,6 +253,8 @@ class HeadConfig:
     mobius: bool = False  # a Möbius linear layer after expmap0
     space: str | None = None  # geometry "product": the factors, "poincare:8,sphere:4,euclidean:4"
     learn_curvature: bool = False  # poincare: c = exp(log_c) is a parameter (`curvature` its value)
+    prototype_scale: float = 0.0  # the prototypes' distances from the base point: the label
+    # points' times this (0: the label points themselves; Space.scale)
 
 
 class HyperbolicHead(nn.Module):

@@ -82,10 +82,25 @@ class ImageModel:
         return self.head_cfg.geometry
 
     @property
-    def space(self) -> Space:
+    def head_space(self) -> Space:
+        """The space of the head's outputs; its prototypes are the label points, or their
+        scaled stand-ins for a model trained with ``prototype_radius``
+        (:attr:`models.heads.Space.scale`)."""
         return make_space(
-            self.geometry, self.curvature, base=self.head.base.detach(), spec=self.head_cfg.space
+            self.geometry,
+            self.curvature,
+            base=self.head.base.detach(),
+            spec=self.head_cfg.space,
+            scale=float(getattr(self.head_cfg, "prototype_scale", 0.0) or 0.0),
         )
+
+    @property
+    def space(self) -> Space:
+        """The space of :meth:`embed`'s outputs: the head's, except that a placed model's
+        outputs sit beside the label points themselves (the placement's anchors)."""
+        if self.config.get("placement", "none") == "cones" and self.geometry == "poincare":
+            return make_space(self.geometry, self.curvature, base=self.head.base.detach())
+        return self.head_space
 
     @property
     def places_in_cones(self) -> bool:
@@ -113,7 +128,9 @@ class ImageModel:
                 novelty=float(get("placement_novelty", PlacementConfig.novelty)),
             )
             radii = get("placement_radii") or None
-            self._placement = ConePlacement(self.labels, self.seen_classes, cfg, radii)
+            self._placement = ConePlacement(
+                self.labels, self.seen_classes, cfg, radii, prototypes=self.head_prototypes()
+            )
         return self._placement
 
     @property
@@ -136,11 +153,17 @@ class ImageModel:
         return [node for _, node in self.classes if node not in self.holdout]
 
     def prototypes(self, nodes: list[str] | None = None) -> torch.Tensor:
-        """Label prototypes in the model's space, (len(nodes), D) float64 (default: every node)."""
+        """Label prototypes in the space of :meth:`embed`'s outputs (:attr:`space`): where
+        each label's images gather, (len(nodes), D) float64 (default: every node)."""
         emb = self.labels.embeddings
         if nodes is not None:
             emb = emb[[self.labels.taxonomy.index(n) for n in nodes]]
         return self.space.from_ball(emb)
+
+    def head_prototypes(self) -> torch.Tensor:
+        """Every node's prototype in the space of the head's outputs (:attr:`head_space`,
+        before any placement), (M, D) float64, taxonomy order."""
+        return self.head_space.from_ball(self.labels.embeddings.to(torch.float64))
 
     # ---------------------------------------------------------------- inference
     @property

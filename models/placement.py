@@ -22,7 +22,9 @@ of it. :class:`ConePlacement` is the last step of :meth:`ImageModel.embed
 2. **Where in its cone.** The node's *anchor* :math:`a` is its label point
    moved ``depth`` outward along its ray
    (:func:`models.geometry.poincare.move_outward`). The image is seen from
-   its node's point :math:`p` (:math:`u = (-p) \oplus z`, so
+   its node's prototype :math:`p` (where the head gathers the node's images:
+   its label point, or the scaled stand-in of a model trained with
+   ``prototype_radius``; :math:`u = (-p) \oplus z`, so
    :math:`\|u\|` measures :math:`d(p, z)`), its distance squashed to
    :math:`R\tanh(d/R)` with :math:`R` = ``depth - margin`` (order kept), and
    carried to the anchor: :math:`z' = a \oplus u'`, so :math:`d(a, z') < R`.
@@ -127,6 +129,10 @@ class ConePlacement:
     ``labels``: the model's :class:`~models.labels.LabelEmbedding` (cap family);
     ``seen``: the trained classes' nodes. Candidates are the nodes with a
     trained class at or below them (held-out leaves cannot be chosen).
+    ``prototypes`` (every taxonomy node, in taxonomy order; default the label
+    points): where the head gathers each node's images (a model trained with
+    scaled prototypes, :attr:`models.heads.Space.scale`): the posterior and the
+    carry measure from them, the cones and anchors stay the label points'.
     """
 
     def __init__(
@@ -135,6 +141,7 @@ class ConePlacement:
         seen: list[str],
         cfg: PlacementConfig | None = None,
         radii: dict[str, float] | None = None,
+        prototypes: torch.Tensor | None = None,
     ):
         self.cfg = cfg or PlacementConfig()
         self.cfg.validate()
@@ -158,6 +165,9 @@ class ConePlacement:
         emb = labels.embeddings.to(torch.float64)
         self.points = emb[[tax.index(n) for n in self.names]]
         self.seen_points = emb[[tax.index(n) for n in seen]]
+        protos = emb if prototypes is None else prototypes.to(torch.float64)
+        self.protos = protos[[tax.index(n) for n in self.names]]  # (C, D) the candidates'
+        self.seen_protos = protos[[tax.index(n) for n in seen]]  # (K, D) the trained classes'
         self.anchors = poincare.move_outward(self.points, self.cfg.depth, c=self.c)
         row = {n: j for j, n in enumerate(self.names)}
         self.children = [[row[k] for k in tax.children(n) if k in row] for n in self.names]
@@ -193,8 +203,8 @@ class ConePlacement:
         rule of the mass chose that class, and the confidence or the novelty rule
         moved the point to its cone parent)."""
         cfg = self.cfg
-        d_seen = poincare.pairwise_dist(z, self.seen_points, c=self.c)
-        d_cand = poincare.pairwise_dist(z, self.points, c=self.c)
+        d_seen = poincare.pairwise_dist(z, self.seen_protos, c=self.c)
+        d_cand = poincare.pairwise_dist(z, self.protos, c=self.c)
         rows = backoff_choice(
             d_seen, d_cand, self.member, self.depth, tau=cfg.tau, threshold=cfg.threshold
         )
@@ -212,7 +222,7 @@ class ConePlacement:
 
     def _carry(self, z: torch.Tensor, rows: torch.Tensor, shrink: torch.Tensor) -> torch.Tensor:
         c = self.c
-        p, a = self.points[rows], self.anchors[rows]
+        p, a = self.protos[rows], self.anchors[rows]
         u = poincare.mobius_add(-p, z, c=c)
         d = poincare.distance_to_origin(u, c=c, keepdim=True)
         reach = self.cfg.depth - self.cfg.margin
@@ -288,7 +298,7 @@ def calibrate(
     z = z.to(torch.float64)
     col = {n: k for k, n in enumerate(placement.seen)}
     tgt = torch.tensor([col[c] for c in classes], dtype=torch.int64)
-    d = poincare.pairwise_dist(z, placement.seen_points, c=placement.c)
+    d = poincare.pairwise_dist(z, placement.seen_protos, c=placement.c)
     own = d.gather(1, tgt[:, None])[:, 0]
     radii = {}
     for k, name in enumerate(placement.seen):

@@ -108,6 +108,14 @@ class Prototypes:
         pts = labels.embeddings.detach().cpu().double().numpy()
         return cls.of(labels.taxonomy.names, pts, labels.curvature)
 
+    @classmethod
+    def of_model(cls, model) -> Prototypes:
+        """Every node's prototype for an image model's embeddings
+        (:meth:`models.image_model.ImageModel.prototypes`: the label points, or their
+        scaled stand-ins for a model trained with ``prototype_radius`` and not placed)."""
+        pts = model.prototypes().detach().cpu().double().numpy()
+        return cls.of(model.labels.taxonomy.names, pts, model.labels.curvature)
+
     def subset(self, names: Sequence[str]) -> Prototypes:
         """The prototypes of ``names`` (each one of :attr:`names`), in that order."""
         row = {n: j for j, n in enumerate(self.names)}

@@ -226,7 +226,11 @@ def build_model(cfg: TrainConfig, labels: LabelEmbedding, prep: Prepared) -> Mod
     if objective.needs_protos and cfg.centre:
         base = poincare.einstein_midpoint(class_points, c=c)
     geometry = "product" if product is not None else cfg.geometry
-    space = make_space(geometry, c, base=base, spec=cfg.space)
+    scale = 0.0  # prototypes at prototype_radius, on average, from the base point
+    if objective.needs_protos and cfg.radius_of_prototypes > 0 and geometry != "product":
+        mean = float(poincare.dist(base.expand_as(class_points), class_points, c=c).mean())
+        scale = cfg.radius_of_prototypes / mean if mean > 0 else 0.0
+    space = make_space(geometry, c, base=base, spec=cfg.space, scale=scale)
     protos = None
     if objective.needs_protos:
         protos = _prototypes(cfg, labels, space, seen_nodes, class_points)
@@ -234,6 +238,7 @@ def build_model(cfg: TrainConfig, labels: LabelEmbedding, prep: Prepared) -> Mod
     if clip_r is None:  # reach the farthest class from the base point: d <= 2r/sqrt(c)
         if objective.needs_protos:
             far = float(poincare.dist(base.expand_as(class_points), class_points, c=c).max())
+            far *= scale or 1.0
             clip_r = far * math.sqrt(c) / 2 + 0.5
             if protos is not None and protos.cone is not None:
                 clip_r += cfg.cone_reach * math.sqrt(c) / 2  # beyond the label points
@@ -267,6 +272,7 @@ def build_model(cfg: TrainConfig, labels: LabelEmbedding, prep: Prepared) -> Mod
         mobius=cfg.mobius,
         space=None if product is None else str(product),
         learn_curvature=cfg.learn_curvature,
+        prototype_scale=scale,
     )
     head = build_head(head_cfg)
     if cfg.learn_curvature:
@@ -362,7 +368,12 @@ def calibrate_placement(out: ImageModel, model: Model, prep: Prepared, amp: bool
     z = val_points(model, prep, amp)[ok].double()
     seen = [prep.classes[i][1] for i in prep.seen]
     classes = [seen[t] for t in prep.val_targets[ok].tolist()]
-    pl = ConePlacement(out.labels, seen, PlacementConfig(tau=out.config.get("tau", 1.0)))
+    pl = ConePlacement(
+        out.labels,
+        seen,
+        PlacementConfig(tau=out.config.get("tau", 1.0)),
+        prototypes=out.head_prototypes(),
+    )
     got = calibrate(pl, z, classes)
     out.config |= {
         "placement_confidence": got["confidence"],
@@ -485,6 +496,7 @@ def train(
     resumed. ``max_seconds`` stops after the epoch that crosses the budget.
     """
     cfg.validate()
+    cfg = cfg.resolved()
     threads_before = torch.get_num_threads()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)

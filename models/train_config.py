@@ -47,9 +47,15 @@ class TrainConfig:
     loss: str = "prototype"  # a name of losses.LOSSES: prototype, margin, pairwise, circle, ntxent
     negatives: str = "taxonomy"  # prototype losses: "classes" (the trained classes) or "taxonomy"
     # (every taxonomy node except the class's ancestors and the held-out subtrees)
-    tau: float = 1.0  # temperature of prototype / pairwise / ntxent logits -d/tau
+    tau: float | None = None  # temperature of prototype / pairwise / ntxent logits -d/tau;
+    # None: 0.1 for the prototype loss, 1 for it on the ball with unscaled label points and
+    # for the other losses (resolved)
     prototype_logits: str = "distance"  # or "busemann": -(d(z, p) - d(m, p))/tau, the
     # prototypes' depth taken out of the softmax (losses.prototype_offsets)
+    prototype_radius: float | None = None  # labelled objectives: the prototypes are the label
+    # points seen from the head's base point with their distances scaled so that the trained
+    # classes lie at this mean distance (heads.Space.scale); 0: the label points themselves;
+    # None: 2 on the ball, 0 for the twin and with the cone term (radius_of_prototypes)
     pull: float = 0.3  # prototype loss: weight of the mean distance to the class prototype
     margin: float = 1.0  # margin rank loss
     cone_weight: float = 0.0  # labelled objectives on the ball: weight of the cone hinge
@@ -105,6 +111,29 @@ class TrainConfig:
     def objective(self) -> losses.Objective:
         return losses.LOSSES[self.loss]
 
+    def resolved(self) -> TrainConfig:
+        """This config with its automatic defaults made concrete (what a model saves):
+        ``prototype_radius`` (:attr:`radius_of_prototypes`) and ``tau``: 0.1 for the
+        prototype loss with scaled prototypes or the twin's tangent vectors (scaled, their
+        spacing is about a seventh of the label points', and at 1 the softmax stayed
+        nearly flat: README), 1 on the ball with the label points themselves and for
+        the other losses."""
+        radius = self.radius_of_prototypes
+        tau = self.tau
+        if tau is None:
+            far = self.geometry == "poincare" and radius == 0  # the label points themselves
+            tau = 0.1 if self.loss == "prototype" and not far else 1.0
+        return dataclasses.replace(self, prototype_radius=radius, tau=float(tau))
+
+    @property
+    def radius_of_prototypes(self) -> float:
+        """The prototype radius in effect: ``prototype_radius``, else 2 on the ball, and 0
+        (the label points) for the twin, where scaling measured worse (README), and with
+        the cone term, whose cones lie beyond the label points themselves."""
+        if self.prototype_radius is not None:
+            return float(self.prototype_radius)
+        return 2.0 if self.geometry == "poincare" and self.cone_weight == 0 else 0.0
+
     def key(self) -> dict:
         """What a resumed run must share with the run that wrote the checkpoint (all but epochs)."""
         return {k: v for k, v in dataclasses.asdict(self).items() if k != "epochs"}
@@ -130,7 +159,7 @@ class TrainConfig:
         if self.placement not in ("none", "cones"):
             raise TrainError(f"unknown placement {self.placement!r} (none or cones)")
         for name in ("lr", "tau", "margin"):
-            if not getattr(self, name) > 0:
+            if getattr(self, name) is not None and not getattr(self, name) > 0:
                 raise TrainError(f"{name} must be positive")
         if features.is_pretrained_backbone(self.backbone):
             try:
@@ -153,6 +182,8 @@ class TrainConfig:
             raise TrainError(
                 f"unknown contrastive similarity {self.contrastive!r} (hyperbolic or euclidean)"
             )
+        if self.prototype_radius is not None and not self.prototype_radius >= 0:
+            raise TrainError(f"prototype radius must be >= 0, got {self.prototype_radius}")
         if self.prototype_logits not in ("distance", "busemann"):
             raise TrainError(
                 f"unknown prototype logits {self.prototype_logits!r} (distance or busemann)"

@@ -132,8 +132,13 @@ class Runtime:
         self.data_dir = Path(data_dir) if data_dir is not None else None
         # label prototypes, float64 numpy (the per-request geometry runs on the numpy
         # twins of models.geometry.poincare_np: torch costs far more a call on one vector)
-        self._prototypes = Prototypes.of_labels(labels)
-        self._protos = self._prototypes.points
+        # where the model's embeddings of each label's images gather (the label points,
+        # unless the model was trained with scaled prototypes and is not placed)
+        ball_model = model is not None and getattr(model, "geometry", None) == "poincare"
+        self._prototypes = (
+            Prototypes.of_model(model) if ball_model else Prototypes.of_labels(labels)
+        )
+        self._points = labels.embeddings.detach().cpu().double().numpy()  # the label points
         self._write_lock = threading.Lock()  # one write at a time (index, then tallies)
         self._tally_lock = threading.Lock()  # tallies change or are copied under it
         self._item_label: dict[str, str | None] = {}
@@ -286,8 +291,14 @@ class Runtime:
         return self._resolver.resolve(text, prefer=lambda n: float(self.items_under(n)))
 
     def label_point(self, name: str) -> np.ndarray:
-        """The prototype of a label, float64 (D,)."""
-        return self._protos[self.taxonomy.index(name)].copy()
+        """A label's point of the label embedding (its cone's apex), float64 (D,)."""
+        return self._points[self.taxonomy.index(name)].copy()
+
+    def prototype(self, name: str) -> np.ndarray:
+        """Where the model's embeddings of a label's images gather, float64 (D,): the
+        label point, or its scaled stand-in (:meth:`models.prototypes.Prototypes.of_model`);
+        what a search by label name starts from."""
+        return self._prototypes.points[self.taxonomy.index(name)].copy()
 
     def nearest_used_labels(self, x: np.ndarray) -> list[str]:
         """For each row of ``x``: the nearest prototype among the labels that

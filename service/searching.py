@@ -192,7 +192,7 @@ def query_point(
     """``(point, query label, id to leave out)`` of exactly one of the three."""
     if label is not None:
         name = resolve_label(rt, label)
-        return rt.label_point(name), name, None
+        return rt.prototype(name), name, None
     if item_id is not None:
         item = rt.index.get(item_id)
         if item is None:

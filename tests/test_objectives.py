@@ -212,9 +212,9 @@ def test_sampled_negatives_equal_the_full_softmax_when_all_are_sampled():
     full = prototype_ce(z, points, target[y], BALL, 1.0, 0.3, exclude=exclude[y])
     from models.losses import build_criterion
 
-    cfg = TrainConfig(negative_sample=m)  # more than the others: all sampled
+    cfg = TrainConfig(negative_sample=m, tau=1.0)  # more than the others: all sampled
     assert torch.allclose(build_criterion(cfg, BALL, protos)(z, y), full)
-    cfg = TrainConfig(negative_sample=5)
+    cfg = TrainConfig(negative_sample=5, tau=1.0)
     sampled = build_criterion(cfg, BALL, protos)(z, y)
     assert torch.isfinite(sampled) and not torch.allclose(sampled, full)
     cols = sampled_columns(m, target, 5, torch.Generator().manual_seed(0))

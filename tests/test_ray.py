@@ -246,12 +246,26 @@ def test_killed_shard_restarts_with_every_acknowledged_write(tmp_path, ray_clust
 
 
 @ray_mark
+def _wait_dead(ray, actor, timeout: float = 60.0) -> None:
+    """Until a killed actor no longer answers (ray.kill only sends the kill)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.__ray_ready__.remote(), timeout=5)
+        except Exception:  # RayActorError once it is gone (or a timeout: it does not answer)
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"actor still answers {timeout:.0f} s after ray.kill")
+
+
 def test_a_shard_that_stays_down_fails_the_query_clearly(tmp_path, ray_cluster):
     sharded = ShardedIndex(tmp_path / "ix", shards=2, dim=DIM, ray=True, timeout=2)
     try:
         fill(sharded, 20)
         assert sharded.search(items(1, seed=4)[0], k=3)[0].shape == (1, 3)
-        ray_cluster.kill(sharded._shards.actors[1], no_restart=True)
+        gone = sharded._shards.actors[1]
+        ray_cluster.kill(gone, no_restart=True)
+        _wait_dead(ray_cluster, gone)  # the kill is asynchronous: a loaded machine lags
         with pytest.raises(ShardUnavailableError, match=r"^shard 1 of 2 .* did not answer"):
             sharded.search(items(1, seed=4)[0], k=3)
     finally:

@@ -87,6 +87,7 @@ __all__ = [
     "radius_to_norm",
     "move_outward",
     "to_klein",
+    "toward",
     "to_lorentz",
 ]
 
@@ -335,6 +336,28 @@ def move_outward(x: torch.Tensor, depth, *, c: Curvature) -> torch.Tensor:
     n = x.norm(dim=-1, keepdim=True)
     unit = torch.where(n > 0, x / n.clamp_min(torch.finfo(x.dtype).tiny), torch.zeros_like(x))
     out = unit * radius_to_norm(rho + depth, c=c).to(x.dtype)
+    return project(torch.where(n > 0, out, x), c=c)
+
+
+def toward(x: torch.Tensor, y: torch.Tensor, t, *, c: Curvature) -> torch.Tensor:
+    r"""The point at distance ``t`` from ``x`` on the geodesic from ``x`` through ``y``.
+
+    .. math::
+
+        x \oplus_c \Bigl(\hat u\,\tanh(\sqrt c\,t/2)/\sqrt c\Bigr),
+        \qquad \hat u = \frac{(-x) \oplus_c y}{\|(-x) \oplus_c y\|}
+
+    (the Möbius translation by ``x`` is an isometry that maps the diameter
+    through :math:`\hat u` onto that geodesic), so :math:`d(x, \cdot) = t`, and
+    :math:`d(\cdot, y) = |d(x, y) - t|`. ``t`` is a number or broadcasts against
+    ``x[..., :1]``; where ``y`` is ``x`` there is no direction and ``x`` is returned.
+    Projected into the float64-representable ball.
+    """
+    u = mobius_add(-x, y, c=c)
+    n = u.norm(dim=-1, keepdim=True)
+    unit = torch.where(n > 0, u / n.clamp_min(torch.finfo(u.dtype).tiny), torch.zeros_like(u))
+    t = torch.as_tensor(t, dtype=x.dtype)
+    out = mobius_add(x, unit * radius_to_norm(t, c=c).to(x.dtype), c=c)
     return project(torch.where(n > 0, out, x), c=c)
 
 

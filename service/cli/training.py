@@ -52,6 +52,7 @@ _TRAIN_FIELDS = (
     "pull",
     "tau",
     "prototype_logits",
+    "prototype_radius",
     "cone_weight",
     "placement",
     "unfreeze",
@@ -281,7 +282,11 @@ def add_commands(sub) -> None:
         "of the common ancestor of the classes it hesitates between); needs cap-family labels",
     )
     tn.add_argument(
-        "--tau", type=positive_float, default=None, help="temperature of the logits -d/tau"
+        "--tau",
+        type=positive_float,
+        default=None,
+        help="temperature of the logits -d/tau (default 0.1 for the prototype loss, 1 for "
+        "it with --prototype-radius 0 on the ball and for the other losses)",
     )
     tn.add_argument(
         "--prototype-logits",
@@ -289,6 +294,14 @@ def add_commands(sub) -> None:
         default=None,
         help="prototype loss logits: -d(z, p)/tau (default) or -(d(z, p) - d(m, p))/tau, "
         "the label points' depth taken out (their Busemann limit)",
+    )
+    tn.add_argument(
+        "--prototype-radius",
+        type=nonneg_float,
+        default=None,
+        help="the label points seen from the head's base point, their distances scaled so "
+        "that the trained classes lie at this mean distance (0: the label points themselves; "
+        "default 2 on the ball, 0 for the twin and with --cone-weight)",
     )
     tn.add_argument("--encoder", default="conv4", choices=["conv4", "resnet18"])
     tn.add_argument(
