@@ -19,6 +19,9 @@ Euclidean twin). Definitions (``q`` a query of class ``c``, ranked list
   standard zero-shot protocol, with the whole taxonomy as distractors), and
   also reported over every node (``…_all_nodes``, generalised zero-shot).
 * **nearest-label accuracy**: the nearest of all taxonomy nodes is the class.
+* **mistake severity** (:func:`mistake_severity`, ``mistakes``; Bertinetto et al.
+  2020): the nearest trained-class prototype is the prediction; over the wrong
+  ones, the mean taxonomy hops between the true and the predicted class.
 * **back-off prediction** (:func:`backoff_predict`, ``backoff`` and
   ``backoff_hier_hit@1``): the most specific candidate node that holds at
   least half of the posterior over the trained classes (softmax of
@@ -111,6 +114,31 @@ def retrieval_metrics(
     ap = (prec * rel * mask).sum(1) / R.clamp_min(1)
     out["map@r"] = float(ap[R > 0].mean()) if (R > 0).any() else 0.0
     return out
+
+
+def mistake_severity(
+    z: torch.Tensor, nodes: list[str], seen: list[str], protos: torch.Tensor, space, taxonomy
+) -> dict[str, float]:
+    """How bad the mistakes are (Bertinetto et al. 2020, "Making Better Mistakes"): each
+    image's prediction is the trained class of the nearest prototype; ``rate`` is the share
+    predicted wrong, ``severity`` the mean taxonomy hops between the true and the predicted
+    class over the mistakes (the shortest path through a common ancestor: siblings 2,
+    cousins 4; lower is better), ``avg_hops@1`` the same mean over every image (0 when
+    right)."""
+    if len(z) == 0:
+        return {"rate": 0.0, "severity": 0.0, "avg_hops@1": 0.0}
+    pred = space.pairwise(z, protos).argmin(1).tolist()
+    hops = []
+    for node, j in zip(nodes, pred, strict=True):
+        h = taxonomy.hops(node, seen[j])
+        hops.append(float(10**6 if h is None else h))
+    hops_a = np.asarray(hops)
+    wrong = hops_a > 0
+    return {
+        "rate": float(wrong.mean()),
+        "severity": float(hops_a[wrong].mean()) if wrong.any() else 0.0,
+        "avg_hops@1": float(hops_a.mean()),
+    }
 
 
 def _hop_matrix(nodes: list[str], taxonomy) -> np.ndarray:
@@ -405,6 +433,9 @@ def evaluate_model(
     item_nodes = [class_nodes[t] for t in targets]
     seen_rows = [i for i, n in enumerate(item_nodes) if n not in holdout]
     out |= label_hits(z[seen_rows], [item_nodes[i] for i in seen_rows], tax.names, labels, space)
+    out["mistakes"] = mistake_severity(
+        z[seen_rows], [item_nodes[i] for i in seen_rows], seen, model.prototypes(seen), space, tax
+    )
     tau = float(model.config.get("tau", 1.0))
     bo_args = (labels, space, tau, threshold)
     preds, backed = backoff_predict(z[seen_rows], seen, tax.names, *bo_args)

@@ -14,6 +14,7 @@ from models.evaluate import (
     backoff_predict,
     hop_map,
     label_hits,
+    mistake_severity,
     ranked_neighbours,
     retrieval_metrics,
 )
@@ -112,6 +113,27 @@ def test_label_hits_brute_force():
         assert got["hier_hit@1"] == pytest.approx(hits1 / 9)
         assert got["hier_hit@2"] == pytest.approx(hits2 / 9)
         assert got["nearest_label_acc"] == pytest.approx(exact / 9)
+
+
+def test_mistake_severity_brute_force():
+    """Nearest of three class prototypes; a1-a2 are siblings (2 hops), a1-b1 cousins (4)."""
+    tax = _tax()
+    seen = ["a1", "a2", "b1"]
+    protos = _points(3, dim=2, seed=7)
+    z = _points(30, dim=2, seed=8)
+    nodes = [seen[i % 3] for i in range(30)]
+    got = mistake_severity(z, nodes, seen, protos, PoincareSpace(1.0), tax)
+    hops = []
+    for zi, node in zip(z, nodes, strict=True):
+        d = [float(poincare.dist(zi, p, c=1.0)) for p in protos]
+        pred = seen[int(np.argmin(d))]
+        hops.append(0 if pred == node else 2 if {node, pred} == {"a1", "a2"} else 4)
+    hops = np.array(hops, dtype=float)
+    assert 0 < (hops > 0).mean() < 1  # some right, some wrong: the case tests both
+    assert got["rate"] == pytest.approx((hops > 0).mean())
+    assert got["severity"] == pytest.approx(hops[hops > 0].mean())
+    assert got["avg_hops@1"] == pytest.approx(hops.mean())
+    assert mistake_severity(z[:0], [], seen, protos, PoincareSpace(1.0), tax)["rate"] == 0.0
 
 
 def test_backoff_prediction_brute_force():
