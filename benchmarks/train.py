@@ -179,40 +179,57 @@ def _f(v, digits=3) -> str:
 
 
 def seeds_table(evals: dict[str, list[dict]], seeds: list[int], trains: dict) -> str:
-    """Mean and range over the seeds of the default and its twin, and whether the
-    difference of the means is larger than the spread (the ranges do not overlap)."""
+    """Mean and range over the seeds of each run and of the twin, and whether each run's
+    difference to the twin is larger than the spread (the ranges do not overlap)."""
     when = dt.datetime.now().strftime("%Y-%m-%d")
-    epochs = {k: [t.get("epochs") for t in v] for k, v in trains.items()}
+    runs = [r for r in evals if r != "euclidean"]
+    epochs = ", ".join(f"{_SEED_NAMES[r]} {[t.get('epochs') for t in trains[r]]}" for r in evals)
     lines = [
         f"#### Seeds ({when}; {os.cpu_count()} CPUs, {cpu_model()}, torch threads 1, 2 runs at "
-        f"a time; seeds {', '.join(map(str, seeds))}; the 570 s budget of the table above, "
-        f"epochs: hyperbolic {epochs['hyperbolic']}, twin {epochs['euclidean']})",
+        f"a time; seeds {', '.join(map(str, seeds))}; the 570 s budget of the table above; "
+        f"epochs: {epochs})",
         "",
-        "| metric | hyperbolic: mean (min–max) | twin: mean (min–max) | difference "
-        "| beyond the spread |",
-        "| --- | --- | --- | ---: | --- |",
+        "| metric | "
+        + " | ".join(f"{_SEED_NAMES[r]}: mean (min–max) | vs twin" for r in runs)
+        + " | twin: mean (min–max) |",
+        "| --- |" + " --- | --- |" * len(runs) + " --- |",
     ]
+
+    def cell(v: list[float]) -> str:
+        return f"{statistics.mean(v):.3f} ({min(v):.3f}–{max(v):.3f})"
+
     for name, key, higher in SEED_ROWS:
-        h = [_at(e, key) for e in evals["hyperbolic"]]
         t = [_at(e, key) for e in evals["euclidean"]]
-        if any(v is None for v in h + t):
+        if any(v is None for v in t):
             continue
-        diff = statistics.mean(h) - statistics.mean(t)
-        if higher:
-            verdict = "ahead" if min(h) > max(t) else "behind" if max(h) < min(t) else "no"
-        else:
-            verdict = "ahead" if max(h) < min(t) else "behind" if min(h) > max(t) else "no"
-        lines.append(
-            f"| {name} | {statistics.mean(h):.3f} ({min(h):.3f}–{max(h):.3f}) | "
-            f"{statistics.mean(t):.3f} ({min(t):.3f}–{max(t):.3f}) | {diff:+.3f} | {verdict} |"
-        )
+        row = [name]
+        for r in runs:
+            h = [_at(e, key) for e in evals[r]]
+            if any(v is None for v in h):
+                row += ["–", ""]
+                continue
+            diff = statistics.mean(h) - statistics.mean(t)
+            good, bad = (min(h) > max(t), max(h) < min(t))
+            if not higher:
+                good, bad = bad, good
+            verdict = "**ahead**" if good else "behind" if bad else "overlap"
+            row += [cell(h), f"{diff:+.3f} {verdict}"]
+        lines.append("| " + " | ".join(row + [cell(t)]) + " |")
     lines.append("")
     lines.append(
-        "'ahead': every hyperbolic seed better than every twin seed (the ranges do not "
-        "overlap); 'no': they overlap. Reproduce: `python benchmarks/train.py --threads 1 "
-        "--jobs 2` (seed 0), then `--seeds 1,2` (seeds 1 and 2, and this table)."
+        "'ahead': every seed of the run better than every seed of the twin (the ranges do not "
+        "overlap: the difference is larger than the spread); 'overlap': not. Reproduce: "
+        "`python benchmarks/train.py --threads 1 --jobs 2` (seed 0), then the same with "
+        "`--seeds 1,2` (seeds 1 and 2, and this table)."
     )
     return "\n".join(lines)
+
+
+_SEED_NAMES = {
+    "hyperbolic": "hyperbolic (default)",
+    "placed": "hyperbolic, `--placement cones`",
+    "euclidean": "twin",
+}
 
 
 def run_seeds(args, labels: Path, env: dict) -> int:
@@ -221,7 +238,11 @@ def run_seeds(args, labels: Path, env: dict) -> int:
     from concurrent.futures import ThreadPoolExecutor
 
     seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
-    flags = {"hyperbolic": [], "euclidean": ["--geometry", "euclidean"]}
+    flags = {
+        "hyperbolic": [],
+        "placed": ["--placement", "cones"],
+        "euclidean": ["--geometry", "euclidean"],
+    }
     jobs = [(name, s) for s in seeds for name in flags]
 
     def path(name: str, seed: int) -> Path:
@@ -242,9 +263,7 @@ def run_seeds(args, labels: Path, env: dict) -> int:
     def eval_one(job) -> dict:
         name, seed = job
         base = path(name, seed)
-        ev_path = base.with_suffix(".eval.json")
-        if seed == 0 and ev_path.exists():
-            return json.loads(ev_path.read_text())
+        ev_path = Path(f"{base}.seeds-eval.json")  # beside a plain run's own eval.json
         cmd = [*_hypsearch(), "eval", "--model", f"{base}.safetensors", "--dataset"]
         cmd += ["fashion-mnist", "--split", "test", "--threads", "1", "--json", "--quiet"]
         ev, _ = _run(cmd + ["--no-ood", "--no-delta"], env)
