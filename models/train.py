@@ -497,6 +497,8 @@ def train(
     """
     cfg.validate()
     cfg = cfg.resolved()
+    cap = not cfg.unsupervised and label_cone_spec(labels)["family"] == "cap"
+    cfg = cfg.with_placement(cap)
     threads_before = torch.get_num_threads()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)

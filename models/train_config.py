@@ -63,8 +63,9 @@ class TrainConfig:
     cone_margin: float = 0.25  # its margin in log aperture ratio
     cone_reach: float = 2.0  # with the cone term, the head's default reach beyond the farthest
     # class (hyperbolic distance): inside a cone lies beyond its label point
-    placement: str = "none"  # "cones": embed moves each image inside the cone of its node
-    # (models.placement: its class, or the common ancestor of the classes it hesitates between)
+    placement: str | None = None  # "cones": embed moves each image inside the cone of its node
+    # (models.placement: its class, or the common ancestor of the classes it hesitates between);
+    # None: "cones" for the prototype loss on the ball with cap-family labels, else "none"
     aux: float = 1.0  # weight of an auxiliary softmax classifier on the encoder's features
     # (labelled losses; the classifier is dropped after training)
     # auxiliary terms (models.objectives; each 0 / "none": off)
@@ -125,6 +126,21 @@ class TrainConfig:
             tau = 0.1 if self.loss == "prototype" and not far else 1.0
         return dataclasses.replace(self, prototype_radius=radius, tau=float(tau))
 
+    def with_placement(self, cap_labels: bool) -> TrainConfig:
+        """``placement`` made concrete: when not given, "cones" for a labelled prototype
+        objective on the ball whose labels are of the cap family (``cap_labels``), else
+        "none"."""
+        if self.placement is not None:
+            return self
+        auto = (
+            cap_labels
+            and self.geometry == "poincare"
+            and self.space is None
+            and not self.unsupervised
+            and self.loss == "prototype"
+        )
+        return dataclasses.replace(self, placement="cones" if auto else "none")
+
     @property
     def radius_of_prototypes(self) -> float:
         """The prototype radius in effect: ``prototype_radius``, else 2 on the ball, and 0
@@ -156,7 +172,7 @@ class TrainConfig:
             raise TrainError(f"val fraction must be in [0, 1), got {self.val_fraction}")
         if not (self.cone_weight >= 0 and self.cone_margin >= 0 and self.cone_reach >= 0):
             raise TrainError("cone weight, margin and reach must be >= 0")
-        if self.placement not in ("none", "cones"):
+        if self.placement not in (None, "none", "cones"):
             raise TrainError(f"unknown placement {self.placement!r} (none or cones)")
         for name in ("lr", "tau", "margin"):
             if getattr(self, name) is not None and not getattr(self, name) > 0:

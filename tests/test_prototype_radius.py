@@ -120,6 +120,16 @@ def test_training_puts_the_trained_classes_at_the_radius(fm_cap):  # noqa: F811
         TrainConfig(prototype_radius=-1.0).validate()
 
 
+def test_placement_is_the_default_with_cap_labels():
+    from models.train_config import TrainConfig
+
+    assert TrainConfig().with_placement(True).placement == "cones"
+    assert TrainConfig().with_placement(False).placement == "none"  # no cap cones to fill
+    for kw in ({"geometry": "euclidean"}, {"loss": "circle"}, {"placement": "none"}):
+        assert TrainConfig(**kw).with_placement(True).placement == "none", kw
+    assert TrainConfig(placement="cones").with_placement(False).placement == "cones"
+
+
 def test_a_placed_scaled_model_embeds_beside_the_label_points(fm_cap, tmp_path):  # noqa: F811
     """Placement measures from the head's (scaled) prototypes but puts the images beside the
     label points: the embed space's prototypes are the label points again, and the

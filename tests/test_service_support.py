@@ -79,7 +79,8 @@ def _artifacts(folder: str) -> Artifacts:
     emb = train_labels(tax, LabelTrainConfig(epochs=30, seed=0), progress=False)
     labels_path = folder_p / "labels.safetensors"
     emb.save(labels_path)
-    cfg = TrainConfig(limit=600, epochs=1, batch_size=64, seed=0)
+    # the head's own outputs (the service's placed-model behaviour: test_service_cones)
+    cfg = TrainConfig(limit=600, epochs=1, batch_size=64, seed=0, placement="none")
     if hasattr(cfg, "time_budget"):
         cfg.time_budget = None
     model = train(cfg, emb, progress=False)

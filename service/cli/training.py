@@ -279,7 +279,8 @@ def add_commands(sub) -> None:
         choices=["none", "cones"],
         default=None,
         help="cones: each embedded image is moved inside the entailment cone of its class (or "
-        "of the common ancestor of the classes it hesitates between); needs cap-family labels",
+        "of the common ancestor of the classes it hesitates between); needs cap-family labels "
+        "(the default with them, for the prototype loss on the ball); none: the head's output",
     )
     tn.add_argument(
         "--tau",
