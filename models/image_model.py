@@ -160,6 +160,16 @@ class ImageModel:
             emb = emb[[self.labels.taxonomy.index(n) for n in nodes]]
         return self.space.from_ball(emb)
 
+    def search_points(self) -> torch.Tensor:
+        """Every node's point a search by its name starts from, (M, D) float64: where
+        :meth:`embed` puts that node's images. The prototypes; for a placed model the
+        placement's anchors (the label point moved ``placement_depth`` outward), the
+        centre of the images placed at the node: its label point lies ``depth`` inward,
+        nearest to the images the placement squashed to the rim (the least typical)."""
+        if self.placement is None:
+            return self.prototypes()
+        return self.placement.anchors_of(self.labels.embeddings.to(torch.float64))
+
     def head_prototypes(self) -> torch.Tensor:
         """Every node's prototype in the space of the head's outputs (:attr:`head_space`,
         before any placement), (M, D) float64, taxonomy order."""

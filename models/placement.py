@@ -168,7 +168,7 @@ class ConePlacement:
         protos = emb if prototypes is None else prototypes.to(torch.float64)
         self.protos = protos[[tax.index(n) for n in self.names]]  # (C, D) the candidates'
         self.seen_protos = protos[[tax.index(n) for n in seen]]  # (K, D) the trained classes'
-        self.anchors = poincare.move_outward(self.points, self.cfg.depth, c=self.c)
+        self.anchors = self.anchors_of(self.points)
         row = {n: j for j, n in enumerate(self.names)}
         self.children = [[row[k] for k in tax.children(n) if k in row] for n in self.names]
         self.up = self._cone_parents(tax, row)
@@ -178,6 +178,10 @@ class ConePlacement:
         self.radius = torch.tensor(
             [float(radii.get(n, float("inf"))) for n in seen], dtype=torch.float64
         )
+
+    def anchors_of(self, points: torch.Tensor) -> torch.Tensor:
+        """The anchors of label points (n, D): each moved ``cfg.depth`` outward."""
+        return poincare.move_outward(points, self.cfg.depth, c=self.c)
 
     def _cone_parents(self, tax, row: dict[str, int]) -> torch.Tensor:
         """Row of each candidate's parent whose cap holds its point with the largest

@@ -139,6 +139,10 @@ class Runtime:
             Prototypes.of_model(model) if ball_model else Prototypes.of_labels(labels)
         )
         self._points = labels.embeddings.detach().cpu().double().numpy()  # the label points
+        # where a search by a label's name starts: where the model puts its images
+        self._search = self._prototypes.points
+        if ball_model and hasattr(model, "search_points"):
+            self._search = model.search_points().detach().cpu().double().numpy()
         self._write_lock = threading.Lock()  # one write at a time (index, then tallies)
         self._tally_lock = threading.Lock()  # tallies change or are copied under it
         self._item_label: dict[str, str | None] = {}
@@ -295,10 +299,11 @@ class Runtime:
         return self._points[self.taxonomy.index(name)].copy()
 
     def prototype(self, name: str) -> np.ndarray:
-        """Where the model's embeddings of a label's images gather, float64 (D,): the
-        label point, or its scaled stand-in (:meth:`models.prototypes.Prototypes.of_model`);
-        what a search by label name starts from."""
-        return self._prototypes.points[self.taxonomy.index(name)].copy()
+        """What a search by a label's name starts from, float64 (D,): where the model puts
+        that label's images (:meth:`models.image_model.ImageModel.search_points`: the label
+        point, its scaled stand-in, or a placed model's anchor); the label point without
+        a model."""
+        return self._search[self.taxonomy.index(name)].copy()
 
     def nearest_used_labels(self, x: np.ndarray) -> list[str]:
         """For each row of ``x``: the nearest prototype among the labels that
