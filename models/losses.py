@@ -365,8 +365,6 @@ def build_criterion(cfg, space: Space, protos: Prototypes | None) -> Criterion:
     """The criterion of ``cfg.loss`` (:data:`LOSSES`), plus ``cfg.cone_weight`` times
     :func:`cone_hinge` when the prototypes carry cone targets (labelled objectives on the
     Poincaré ball; the images' points are the first view)."""
-    if getattr(cfg, "tau", 1.0) is None:  # a TrainConfig's automatic defaults made concrete
-        cfg = cfg.resolved()
     base = LOSSES[cfg.loss].build(cfg, space, protos)
     weight = float(getattr(cfg, "cone_weight", 0.0))
     if protos is None or protos.cone is None or weight <= 0:

@@ -164,7 +164,6 @@ class ConePlacement:
         self.depth = torch.tensor([tax.depth(n) for n in self.names], dtype=torch.float64)
         emb = labels.embeddings.to(torch.float64)
         self.points = emb[[tax.index(n) for n in self.names]]
-        self.seen_points = emb[[tax.index(n) for n in seen]]
         protos = emb if prototypes is None else prototypes.to(torch.float64)
         self.protos = protos[[tax.index(n) for n in self.names]]  # (C, D) the candidates'
         self.seen_protos = protos[[tax.index(n) for n in seen]]  # (K, D) the trained classes'
