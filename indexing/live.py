@@ -159,7 +159,6 @@ class LiveIndex:
         return slots, dists
 
     def ids_of(self, slots: np.ndarray) -> np.ndarray:
-        ids = self.table.ids
         if slots.size == 0:
             return np.empty(slots.shape, dtype=str)
-        return np.array([[ids[s] for s in row] for row in slots.tolist()], dtype=str)
+        return self.table.ids_at(slots)

@@ -64,6 +64,11 @@ class ItemTable:
         self.by_label: dict[str, set[int]] = {}
         self.by_holder: dict[str, set[int]] = {}
         self.n_alive = 0
+        # ids as a numpy object array (the same str objects), slots < _id_n
+        # filled: searches gather their answers' ids with one fancy index
+        self._id_obj = np.empty(0, dtype=object)
+        self._id_n = 0
+        self._id_width = 1  # the longest id seen (the str dtype of an answer)
 
     # -- sizes ------------------------------------------------------------------
     @property
@@ -73,6 +78,27 @@ class ItemTable:
     @property
     def n_holes(self) -> int:
         return self.n_slots - self.n_alive
+
+    def id_array(self) -> np.ndarray:
+        """The ids of every slot as an object array (``None`` for holes), kept up
+        to date incrementally: new slots are copied in when asked for, a removal
+        clears its entry."""
+        n = self.n_slots
+        if self._id_n < n:
+            if len(self._id_obj) < n:
+                grown = np.empty(max(n, int(len(self._id_obj) * 1.5) + 16), dtype=object)
+                grown[: self._id_n] = self._id_obj[: self._id_n]
+                self._id_obj = grown
+            tail = self.ids[self._id_n : n]
+            self._id_obj[self._id_n : n] = tail
+            self._id_width = max(self._id_width, max(map(len, filter(None, tail)), default=1))
+            self._id_n = n
+        return self._id_obj[:n]
+
+    def ids_at(self, slots: np.ndarray) -> np.ndarray:
+        """The ids of live ``slots`` (any shape) as a numpy str array."""
+        obj = self.id_array()
+        return obj[slots].astype(f"<U{self._id_width}")
 
     def live_slots(self) -> np.ndarray:
         return np.nonzero(self.alive[: self.n_slots])[0].astype(np.int64)
@@ -112,6 +138,8 @@ class ItemTable:
         _unlink(self.by_label, self.labels[slot], slot)
         _unlink(self.by_holder, self.holders[slot], slot)
         self.ids[slot] = None
+        if slot < self._id_n:
+            self._id_obj[slot] = None
         self.labels[slot] = None
         self.holders[slot] = None
 

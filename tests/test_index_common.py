@@ -32,6 +32,13 @@ def exact_dist(q: np.ndarray, x: np.ndarray, c: float = 1.0) -> np.ndarray:
         ).numpy()
 
 
+def assert_geodesic(actual, ref) -> None:
+    """Index distances against the torch reference: the index returns the
+    compiled float64 twin of the formula (models.geometry.kernels), equal to
+    it within a few ulps (tests/test_geometry_kernels.py)."""
+    np.testing.assert_allclose(actual, ref, rtol=1e-12, atol=0)
+
+
 def brute_force(x: np.ndarray, q: np.ndarray, k: int, c: float = 1.0):
     """(indices, distances) of the exact float64 k nearest neighbours, by models.geometry."""
     d = np.stack([exact_dist(qq, x, c) for qq in q])

@@ -9,8 +9,17 @@ import numpy as np
 import pytest
 
 from indexing import HyperbolicIndex, IndexInputError
+from indexing.backends import graph as graph_backend
 
-from .test_index_common import against_exact, brute_force, cloud, exact_dist, make_ids, recall_at
+from .test_index_common import (
+    against_exact,
+    assert_geodesic,
+    brute_force,
+    cloud,
+    exact_dist,
+    make_ids,
+    recall_at,
+)
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +36,7 @@ def test_recall_and_exact_distances(big):
     # every distance is the float64 distance of the item returned
     for i in range(0, len(q), 20):
         rows = [int(s[1:]) for s in ids[i]]
-        np.testing.assert_array_equal(dist[i], exact_dist(q[i], x[rows]))
+        assert_geodesic(dist[i], exact_dist(q[i], x[rows]))
     # where the graph found the true neighbour, the distance is the truth's
     hit = ids[:, 0] == truth[:, 0]
     assert hit.mean() >= 0.99
@@ -106,7 +115,9 @@ def test_snapshot_round_trip_restores_the_graph(tmp_path):
     again.add(x[:50] * 0.5, [f"new{j}" for j in range(50)])
     again.close()
     third = HyperbolicIndex.load(tmp_path / "ix")
-    found, _ = third.search(x[:50] * 0.5, k=1)
+    # (a beam wider than the one calibrated on the first 5,000 items: the new
+    # ones lie in an empty region of the ball)
+    found, _ = third.search(x[:50] * 0.5, k=1, ef=64)
     assert found[:, 0].tolist() == [f"new{j}" for j in range(50)]
     third.close()
 
@@ -280,7 +291,7 @@ def test_precision_auto_follows_the_depth_of_the_data():
     for precision, (found, dist) in results.items():
         assert recall_at(found, truth) >= 0.98, precision
         hit = found[:, 0] == truth[:, 0]
-        np.testing.assert_array_equal(dist[hit, 0], bf[hit, 0])
+        assert_geodesic(dist[hit, 0], bf[hit, 0])
 
 
 def test_deep_graph_snapshot_keeps_its_parameters(tmp_path):
@@ -308,3 +319,71 @@ def test_deep_graph_snapshot_keeps_its_parameters(tmp_path):
 def test_bad_precision():
     with pytest.raises(IndexInputError, match="precision must be"):
         HyperbolicIndex(8, backend="graph", precision="half")
+
+
+# -- the calibrated default beam width -------------------------------------------
+
+
+def _graph(x, **params):
+    ix = HyperbolicIndex(x.shape[1], backend="graph", **params)
+    ix.add(x, make_ids(len(x)))
+    return ix
+
+
+def test_the_default_beam_is_calibrated_on_the_data_and_reaches_the_target():
+    x, q = cloud(8000, 200, seed=41)
+    ix = _graph(x)
+    backend = ix._backend
+    assert backend.ef_auto in graph_backend.EF_LADDER
+    assert backend.ef == backend.ef_auto
+    found, _ = ix.search(q, k=10)  # ef=None: the calibrated width
+    truth = np.array(make_ids(len(x)))[brute_force(x, q, 10)[0]]
+    assert recall_at(found, truth) >= 0.98
+    # a stricter target never gets a narrower beam; target 0 keeps the table
+    strict = _graph(x, target_recall=0.999)._backend
+    assert strict.ef_auto >= backend.ef_auto
+    table = _graph(x, target_recall=0)._backend
+    assert table.ef_auto is None
+    assert table.ef == graph_backend.default_ef(16, len(x))
+
+
+def test_easy_data_get_a_narrower_beam_than_hard_data():
+    """Well separated tight clusters (every neighbour list inside one cluster)
+    need a narrower beam than the hierarchical cloud in 32 dimensions (a strict
+    target: at 6,000 points both pass 0.99 with the narrowest width)."""
+    rng = np.random.default_rng(3)
+    centres = rng.standard_normal((40, 16))
+    centres *= 0.5 / np.linalg.norm(centres, axis=1, keepdims=True)
+    easy = (centres[:, None, :] + 1e-3 * rng.standard_normal((40, 150, 16))).reshape(-1, 16)
+    hard, _ = cloud(6000, dim=32, seed=42)
+    strict = {"target_recall": 0.999}
+    assert _graph(easy, **strict)._backend.ef_auto < _graph(hard, **strict)._backend.ef_auto
+
+
+def test_the_calibrated_beam_survives_a_snapshot(tmp_path):
+    x, _ = cloud(4000, seed=43)
+    ix = HyperbolicIndex(16, backend="graph", path=tmp_path / "ix")
+    ix.add(x, make_ids(len(x)))
+    ef = ix._backend.ef_auto
+    assert ef is not None
+    ix.save()
+    ix.close()
+    again = HyperbolicIndex.load(tmp_path / "ix")
+    assert again._backend.ef_auto == ef
+    again.close()
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.5])
+def test_target_recall_out_of_range_is_refused(bad):
+    with pytest.raises(IndexInputError, match="target_recall must be in"):
+        HyperbolicIndex(16, backend="graph", target_recall=bad)
+
+
+def test_graph_and_exact_return_the_same_float64_distances():
+    """One formula for every backend (IndexSpace.dist_rows and the graph kernel:
+    models.geometry.kernels), so a hit found by both has bit-identical distances."""
+    x, q, truth, tdist, graph = against_exact("graph", 6000, 60, seed=44)
+    found, dist = graph.search(q, k=10)
+    same = found == truth
+    assert same.mean() > 0.9
+    np.testing.assert_array_equal(dist[same], tdist[same])
