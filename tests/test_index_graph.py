@@ -205,11 +205,12 @@ def test_auto_uses_the_graph_for_products():
 
 def test_builds_are_deterministic():
     x, q = cloud(4000, 20, seed=38)
-    adj, order, found = [], [], []
+    adj, order, found, ef = [], [], [], []
     for _ in range(2):
         ix = HyperbolicIndex(16, backend="graph", seed=7)
         ix.add(x, make_ids(len(x)))
         b = ix._backend
+        ef.append(b.ef_auto)
         adj.append(b._adj[: b._n].copy())
         order.append(b._n2s[: b._n].copy())
         found.append(ix.search(q, k=10, ef=16))
@@ -217,6 +218,7 @@ def test_builds_are_deterministic():
     np.testing.assert_array_equal(order[0], order[1])  # the same node renumbering
     np.testing.assert_array_equal(found[0][0], found[1][0])
     np.testing.assert_array_equal(found[0][1], found[1][1])
+    assert ef[0] is not None and ef[0] == ef[1]  # the same calibration
 
 
 def test_renumbered_graph_answers_like_the_exact_scan(tmp_path):

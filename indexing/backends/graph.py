@@ -37,9 +37,12 @@ nodes, in compiled kernels that release the GIL (:mod:`._graph_kernels`, numba):
 * a search is a beam search of width ``max(ef, 2k)``, and the best
   ``max(4k, k + 32)`` returnable nodes it visits are re-ranked by the exact
   float64 distance of :mod:`models.geometry.kernels` and merged into the top
-  ``k`` in the same compiled call (no per-query Python); the ``k`` returned get
-  their distances from the reference formula (``IndexSpace.dist_rows``,
-  bit for bit what the exact backend returns).  The queries of one call are
+  ``k`` in the same compiled call (no per-query Python); those distances are
+  the answer (``IndexSpace.dist_rows`` of every backend computes the same
+  compiled formula, so the backends agree bit for bit).  The default width
+  (``ef=None``) is calibrated on the data of each bulk insertion
+  (:meth:`GraphBackend._first_passing`: the narrowest of :data:`EF_LADDER`
+  reaching ``target_recall`` for held-back items and near copies).  The queries of one call are
   split over :func:`search_threads` threads (a thread pool over the nogil
   kernel, each with its own visited buffer: no numba threading layer, so
   nothing spins next to torch's pool); removed items stay in the graph as
@@ -63,7 +66,8 @@ The README's ANN benchmark has the measurements behind these choices.
 
 Parameters: ``R`` (32; 48 on deep data, :data:`DEEP_DEFAULTS`),
 ``ef_construction`` (96), ``alpha`` (1.0), ``ef``
-(``None``: :func:`default_ef` of the dimension and depth), ``n_entries`` (256),
+(``None``: calibrated to ``target_recall`` (0.99, recall@10) on the data;
+:func:`default_ef` of the dimension and depth before a calibration), ``n_entries`` (256),
 ``max_batch`` (4096), ``handoffs`` (3), ``mates`` (32), ``min_degree`` (8; 16
 on deep data),
 ``precision`` ("auto"), ``build_threads`` (0: numba's default),
