@@ -120,7 +120,7 @@ _INT_PARAMS = ("R", "ef_construction", "max_batch", "n_entries")
 #: the beam widths the calibration tries, smallest first; none below 16: on a
 #: 5,000-point cloud a width of 8 passed the calibration yet missed 4 of 50
 #: exact-match queries for items added later in an empty region of the ball
-EF_LADDER = (16, 20, 24, 32, 40, 48, 64, 80, 96, 128, 160, 192, 256, 384, 512)
+EF_LADDER = (16, 20, 24, 32, 40, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384, 448, 512)
 #: calibration: held-in queries (items of the graph, each left out of its own
 #: answer), and the fewest graph nodes worth calibrating for
 CALIBRATION_QUERIES = 500
