@@ -121,8 +121,8 @@ _INT_PARAMS = ("R", "ef_construction", "max_batch", "n_entries")
 #: 5,000-point cloud a width of 8 passed the calibration yet missed 4 of 50
 #: exact-match queries for items added later in an empty region of the ball
 EF_LADDER = (16, 20, 24, 32, 40, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384, 448, 512)
-#: calibration: held-in queries (items of the graph, each left out of its own
-#: answer), and the fewest graph nodes worth calibrating for
+#: calibration: items of a bulk insertion searched as fresh queries and as near
+#: copies (:meth:`GraphBackend._first_passing`), and the fewest nodes worth it
 CALIBRATION_QUERIES = 500
 CALIBRATION_MIN_NODES = 2000
 #: queries per search thread at least (below that one thread answers them all)
@@ -506,7 +506,6 @@ class GraphBackend(Backend):
             a += size
             if len(self._entries) < self._p["n_entries"]:
                 self._pick_entries()
-        return
 
     def _first_passing(
         self, table: ItemTable, qs: np.ndarray, *, copies: bool, start: int = 0, k: int = 10
