@@ -246,6 +246,22 @@ def _into_results(res_i, res_k, n, R_out, kk, node):
     return n + 1 if n < R_out else n
 
 
+@njit(inline="always", cache=True)
+def _into_topk(top_d, top_s, m, k, d, s):
+    """Merge slot ``s`` at distance ``d`` into the ascending top list
+    ``top_d/top_s[:m]`` of at most ``k`` (ties by slot); the new length."""
+    if m == k and (d > top_d[m - 1] or (d == top_d[m - 1] and s > top_s[m - 1])):
+        return m
+    pos = m if m < k else k - 1
+    while pos > 0 and (top_d[pos - 1] > d or (top_d[pos - 1] == d and top_s[pos - 1] > s)):
+        top_d[pos] = top_d[pos - 1]
+        top_s[pos] = top_s[pos - 1]
+        pos -= 1
+    top_d[pos] = d
+    top_s[pos] = s
+    return m + 1 if m < k else m
+
+
 @njit(nogil=True, cache=True)
 def _beam(graph, met, ok, q, qa, start, L, R_out, visited, stamp, bufs, track):
     """One beam search for the point ``q`` (a ``(1, d)`` row, aux row ``qa``)
@@ -366,17 +382,7 @@ def search_batch(
             d = _exact_dist(q64, i, gq, xt, s, gt, kinds, starts, curv)
             if d != d:
                 continue
-            if m == k and (d > top_d[m - 1] or (d == top_d[m - 1] and s > top_s[m - 1])):
-                continue
-            pos = m if m < k else k - 1
-            while pos > 0 and (top_d[pos - 1] > d or (top_d[pos - 1] == d and top_s[pos - 1] > s)):
-                top_d[pos] = top_d[pos - 1]
-                top_s[pos] = top_s[pos - 1]
-                pos -= 1
-            top_d[pos] = d
-            top_s[pos] = s
-            if m < k:
-                m += 1
+            m = _into_topk(top_d, top_s, m, k, d, s)
         for j in range(k):
             if j < m:
                 out_s[i, j] = top_s[j]
@@ -833,16 +839,6 @@ def brute_topk(q64, gq, xt, gt, slots, kinds, starts, curv, k, out_s):
                 d = sq / gt[s, 0]
             else:
                 d = _exact_dist(q64, i, gq, xt, s, gt, kinds, starts, curv)
-            if m == k and (d > top_d[m - 1] or (d == top_d[m - 1] and s > top_s[m - 1])):
-                continue
-            pos = m if m < k else k - 1
-            while pos > 0 and (top_d[pos - 1] > d or (top_d[pos - 1] == d and top_s[pos - 1] > s)):
-                top_d[pos] = top_d[pos - 1]
-                top_s[pos] = top_s[pos - 1]
-                pos -= 1
-            top_d[pos] = d
-            top_s[pos] = s
-            if m < k:
-                m += 1
+            m = _into_topk(top_d, top_s, m, k, d, s)
         for j in range(k):
             out_s[i, j] = top_s[j] if j < m else -1
