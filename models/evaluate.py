@@ -41,7 +41,9 @@ Euclidean twin). Definitions (``q`` a query of class ``c``, ranked list
   (:func:`models.prototypes.deepest_holder` over every taxonomy node) is the
   class or a parent.
 * **name search precision@50** of a held-out class: share of its images among
-  the 50 test images nearest to its label prototype.
+  the 50 test images nearest to where a search by its name starts
+  (:meth:`ImageModel.search_points <models.image_model.ImageModel.search_points>`:
+  its prototype; a placed model's anchor), as the service searches.
 * **OOD AUROC**: Fashion-MNIST test images (positive) against the
   handwritten digits bundled with scikit-learn (8x8, upscaled by the model's
   preprocessing), scored by distance to the origin (Khrulkov et al. 2020),
@@ -453,10 +455,12 @@ def evaluate_model(
         zs: dict = {}
         not_seen = [n for n in tax.names if n not in set(seen)]
         all_rows: list[int] = []
+        # a search by name starts where the service starts it (Runtime.prototype)
+        starts = model.search_points() if hasattr(model, "search_points") else model.prototypes()
         for node in sorted(holdout):
             rows = [i for i, n in enumerate(item_nodes) if n == node]
             all_rows += rows
-            p = space.from_ball(labels.embeddings[[tax.index(node)]])
+            p = starts[[tax.index(node)]].to(z.dtype)
             near = space.pairwise(p, z)[0].argsort(stable=True)[:50]
             prec = (
                 float(np.mean([item_nodes[i] == node for i in near.tolist()])) if len(near) else 0.0

@@ -66,6 +66,8 @@ class ImageModel:
         self.holdout = list(holdout or [])
         self.config = dict(config or {})
         self.metrics = dict(metrics or {})
+        # models.novelty.FeatureNovelty of the encoder features (its threshold in config)
+        self.novelty = None
         self.version = ""
 
     # ---------------------------------------------------------------- properties
@@ -129,7 +131,13 @@ class ImageModel:
             )
             radii = get("placement_radii") or None
             self._placement = ConePlacement(
-                self.labels, self.seen_classes, cfg, radii, prototypes=self.head_prototypes()
+                self.labels,
+                self.seen_classes,
+                cfg,
+                radii,
+                prototypes=self.head_prototypes(),
+                unseen=self.unseen_classes,
+                feature_novelty=self.novelty,
             )
         return self._placement
 
@@ -151,6 +159,13 @@ class ImageModel:
     def seen_classes(self) -> list[str]:
         """Taxonomy nodes of the classes used in training (all classes but the holdout)."""
         return [node for _, node in self.classes if node not in self.holdout]
+
+    @property
+    def unseen_classes(self) -> list[str]:
+        """Classes of the data the model had no training images of (the holdout): where
+        the placement puts an image whose features are novel (:mod:`models.novelty`)."""
+        seen = set(self.seen_classes)
+        return [node for node in self.holdout if node not in seen]
 
     def prototypes(self, nodes: list[str] | None = None) -> torch.Tensor:
         """Label prototypes in the space of :meth:`embed`'s outputs (:attr:`space`): where
@@ -209,8 +224,9 @@ class ImageModel:
         out = []
         for chunk in _chunks(images, batch_size or self.batch_size):
             x = self.preprocess(chunk).contiguous(memory_format=torch.channels_last)
-            z = self.head(self.encoder(x))
-            out.append(z if place is None else place(z))
+            f = self.encoder(x)
+            z = self.head(f)
+            out.append(z if place is None else place(z, f))
         if not out:
             return torch.zeros(0, self.dim, dtype=torch.float64)
         return torch.cat(out)
@@ -237,6 +253,8 @@ class ImageModel:
         }
         lt, lmeta = self.labels.tensors_and_meta()
         tensors |= {f"labels.{k}": v for k, v in lt.items()}
+        if self.novelty is not None:
+            tensors |= {f"novelty.{k}": v for k, v in self.novelty.tensors().items()}
         meta = {
             "encoder": dataclasses.asdict(self.encoder_cfg),
             "head": dataclasses.asdict(self.head_cfg),
@@ -302,6 +320,16 @@ class ImageModel:
                 raise CheckpointError(
                     f"{where}: {prefix[:-1]} weights do not match its config ({first})"
                 ) from None
+        if "novelty.means" in tensors and "novelty.precision" in tensors:
+            from .novelty import FeatureNovelty
+
+            threshold = float((meta.get("config") or {}).get("novelty_threshold", float("inf")))
+            try:
+                model.novelty = FeatureNovelty(
+                    tensors["novelty.means"], tensors["novelty.precision"], threshold
+                )
+            except ValueError as e:
+                raise CheckpointError(f"{where}: {e}") from None
         model.encoder = model.encoder.to(memory_format=torch.channels_last)
         model.encoder.eval()
         model.head.eval()

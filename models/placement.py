@@ -18,7 +18,15 @@ of it. :class:`ConePlacement` is the last step of :meth:`ImageModel.embed
    parent (:meth:`ConePlacement.decide`): a posterior gap (top-1 minus top-2)
    below ``confidence``, or a distance to the class's point beyond
    ``novelty`` times the class's radius (a validation quantile);
-   :func:`calibrate` picks both on validation points.
+   :func:`calibrate` picks both on validation points. A third rule looks at
+   the image's encoder features (:mod:`models.novelty`, fitted at the end of
+   training): an image of no trained class goes to the declared *unseen*
+   class (``unseen``: the classes held out of training) whose label point is
+   nearest the posterior's classes on average (:math:`\arg\min_u \sum_k p_k
+   d(u, k)`, ConSE-style: Norouzi et al. 2014, with the label points'
+   hyperbolic distances), or, with none declared, to its class's cone parent.
+   Unseen classes are candidates for this rule only (no trained class lies
+   below them, so the mass rule never picks them).
 2. **Where in its cone.** The node's *anchor* :math:`a` is its label point
    moved ``depth`` outward along its ray
    (:func:`models.geometry.poincare.move_outward`). The image is seen from
@@ -128,7 +136,9 @@ class ConePlacement:
 
     ``labels``: the model's :class:`~models.labels.LabelEmbedding` (cap family);
     ``seen``: the trained classes' nodes. Candidates are the nodes with a
-    trained class at or below them (held-out leaves cannot be chosen).
+    trained class at or below them, and the ``unseen`` classes (held out of
+    training), where the ``feature_novelty`` rule
+    (:class:`models.novelty.FeatureNovelty`) sends novel images.
     ``prototypes`` (every taxonomy node, in taxonomy order; default the label
     points): where the head gathers each node's images (a model trained with
     scaled prototypes, :attr:`models.heads.Space.scale`): the posterior and the
@@ -142,6 +152,8 @@ class ConePlacement:
         cfg: PlacementConfig | None = None,
         radii: dict[str, float] | None = None,
         prototypes: torch.Tensor | None = None,
+        unseen: list[str] | None = None,
+        feature_novelty=None,
     ):
         self.cfg = cfg or PlacementConfig()
         self.cfg.validate()
@@ -158,7 +170,11 @@ class ConePlacement:
         tax = labels.taxonomy
         self.taxonomy = tax
         member = class_membership(tax, list(tax.names), seen)
-        keep = member.sum(1) > 0
+        self.unseen = [u for u in (unseen or []) if u not in set(seen)]
+        for u in self.unseen:
+            if u not in tax:
+                raise ValueError(f"unseen class {u!r} is not in the labels' taxonomy")
+        keep = (member.sum(1) > 0) | torch.tensor([n in set(self.unseen) for n in tax.names])
         self.names = [n for n, k in zip(tax.names, keep.tolist(), strict=True) if k]
         self.member = member[keep]
         self.depth = torch.tensor([tax.depth(n) for n in self.names], dtype=torch.float64)
@@ -169,8 +185,22 @@ class ConePlacement:
         self.seen_protos = protos[[tax.index(n) for n in seen]]  # (K, D) the trained classes'
         self.anchors = self.anchors_of(self.points)
         row = {n: j for j, n in enumerate(self.names)}
-        self.children = [[row[k] for k in tax.children(n) if k in row] for n in self.names]
+        # every taxonomy child's cone (candidate or not) must leave a placed point out,
+        # so that the deepest holding label (the service's holder) is the chosen node
+        self.kid_points = [
+            emb[[tax.index(k) for k in sorted(tax.children(n))]].numpy() for n in self.names
+        ]
         self.up = self._cone_parents(tax, row)
+        self.unseen_rows = torch.tensor([row[u] for u in self.unseen], dtype=torch.int64)
+        # the label points' distances from each unseen class to each trained class
+        self.unseen_dist = (
+            poincare.pairwise_dist(
+                self.points[self.unseen_rows], emb[[tax.index(n) for n in seen]], c=self.c
+            )
+            if self.unseen
+            else torch.zeros(0, len(seen), dtype=torch.float64)
+        )
+        self.feature_novelty = feature_novelty
         self.seen = list(seen)
         self.seen_rows = torch.tensor([row[n] for n in seen], dtype=torch.int64)
         radii = radii or {}
@@ -195,16 +225,22 @@ class ConePlacement:
                 up[j] = ps[int(np.argmax(m))]
         return up
 
-    def choose(self, z: torch.Tensor) -> torch.Tensor:
+    def choose(self, z: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
         """Row of :attr:`names` each point belongs to, (n,) int64."""
-        return self.decide(z)[0]
+        return self.decide(z, features)[0]
 
-    def decide(self, z: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """The chosen rows and what the back-offs look at: ``gap`` (posterior
+    def decide(
+        self, z: torch.Tensor, features: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        r"""The chosen rows and what the back-offs look at: ``gap`` (posterior
         top-1 minus top-2), ``top`` (the most probable trained class, an index of
-        :attr:`seen`), ``ratio`` (its distance over its radius), ``backed`` (the
-        rule of the mass chose that class, and the confidence or the novelty rule
-        moved the point to its cone parent)."""
+        :attr:`seen`), ``ratio`` (its distance over its radius), ``novel`` (the
+        encoder ``features`` say the image is of no trained class:
+        :attr:`feature_novelty`), ``backed`` (the rule of the mass chose that
+        class, and the confidence, the novelty or the feature rule moved the point
+        to its cone parent), ``unseen`` (a novel image went to the declared unseen
+        class nearest the posterior: the least expected label-point distance
+        :math:`\sum_k p_k d(u, k)` to the trained classes)."""
         cfg = self.cfg
         d_seen = poincare.pairwise_dist(z, self.seen_protos, c=self.c)
         d_cand = poincare.pairwise_dist(z, self.protos, c=self.c)
@@ -217,11 +253,19 @@ class ConePlacement:
         top = two.indices[:, 0]
         ratio = d_seen.gather(1, top[:, None])[:, 0] / self.radius[top]
         is_top = rows == self.seen_rows[top]
-        unsure = (gap < cfg.confidence) | (ratio > cfg.novelty)
+        novel = torch.zeros(len(z), dtype=torch.bool)
+        if features is not None and self.feature_novelty is not None:
+            novel = self.feature_novelty.novel(features)
+        to_unseen = novel if len(self.unseen) else torch.zeros_like(novel)
+        unsure = (gap < cfg.confidence) | (ratio > cfg.novelty) | (novel & ~to_unseen)
         up = self.up[rows]
         backed = is_top & unsure & (up >= 0)
         rows = torch.where(backed, up, rows)
-        return rows, {"gap": gap, "top": top, "ratio": ratio, "backed": backed}
+        if bool(to_unseen.any()):
+            best = (post @ self.unseen_dist.T).argmin(1)
+            rows = torch.where(to_unseen, self.unseen_rows[best], rows)
+        info = {"gap": gap, "top": top, "ratio": ratio, "backed": backed}
+        return rows, info | {"novel": novel, "unseen": to_unseen}
 
     def _carry(self, z: torch.Tensor, rows: torch.Tensor, shrink: torch.Tensor) -> torch.Tensor:
         c = self.c
@@ -240,21 +284,23 @@ class ConePlacement:
         pts = self.points.numpy()
         ok = cones.membership_margin_np(pts[rows], x, self.spec, c=self.c) >= 0
         for i in np.flatnonzero(ok):
-            kids = self.children[rows[i]]
-            if (
-                kids
-                and (cones.membership_margin_np(pts[kids], x[i], self.spec, c=self.c) >= 0).any()
-            ):
+            kids = self.kid_points[rows[i]]
+            if len(kids) == 0:
+                continue
+            if (cones.membership_margin_np(kids, x[i], self.spec, c=self.c) >= 0).any():
                 ok[i] = False
         return ok
 
     @torch.no_grad()
-    def place(self, z: torch.Tensor) -> tuple[torch.Tensor, list[str]]:
-        """Placed points (n, D) float64 and the name of each one's node."""
+    def place(
+        self, z: torch.Tensor, features: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, list[str]]:
+        """Placed points (n, D) float64 and the name of each one's node (``features``:
+        the encoder's, for the feature novelty rule)."""
         z = z.to(torch.float64)
         if len(z) == 0:
             return z, []
-        rows = self.choose(z)
+        rows = self.choose(z, features)
         shrink = torch.ones(len(z), dtype=torch.float64)
         out = self._carry(z, rows, shrink)
         rows_np = rows.numpy()
@@ -271,8 +317,8 @@ class ConePlacement:
             out[idx] = self.anchors[rows[idx]]
         return out, [self.names[r] for r in rows_np.tolist()]
 
-    def __call__(self, z: torch.Tensor) -> torch.Tensor:
-        return self.place(z)[0]
+    def __call__(self, z: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
+        return self.place(z, features)[0]
 
 
 def calibrate(

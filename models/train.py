@@ -344,15 +344,59 @@ def validate(model: Model, prep: Prepared, amp: bool, batch_size: int = 1024) ->
 @torch.no_grad()
 def val_points(model: Model, prep: Prepared, amp: bool, batch_size: int = 1024) -> torch.Tensor:
     """The head's outputs on the validation split (eval mode; train mode after)."""
+    return model.head(split_features(model, prep, prep.val_pixels, amp, batch_size))
+
+
+@torch.no_grad()
+def split_features(
+    model: Model, prep: Prepared, pixels: torch.Tensor, amp: bool, batch_size: int = 1024
+) -> torch.Tensor:
+    """Encoder features (n, F) float32 of rows of a split (eval mode; train mode after)."""
     model.train(False)
-    zs = []
-    for s in range(0, len(prep.val_pixels), batch_size):
-        x = _inputs(prep, prep.val_pixels[s : s + batch_size])
+    fs = []
+    for s in range(0, len(pixels), batch_size):
+        x = _inputs(prep, pixels[s : s + batch_size])
         with _autocast(amp):
-            f = _encode(model.encoder, prep, x)
-        zs.append(model.head(f.float()))
+            fs.append(_encode(model.encoder, prep, x).float())
     model.train()
-    return torch.cat(zs)
+    return torch.cat(fs) if fs else torch.zeros(0, 0)
+
+
+#: training images the feature novelty statistics are fitted on (a seeded sample)
+NOVELTY_FIT_IMAGES = 20_000
+
+
+def fit_novelty(out: ImageModel, model: Model, prep: Prepared, cfg: TrainConfig, amp: bool):
+    """The feature novelty rule (:mod:`models.novelty`): fitted on up to
+    :data:`NOVELTY_FIT_IMAGES` training images, its threshold calling
+    ``cfg.novelty_rate`` of the validation images novel; kept in ``out.novelty``,
+    ``out.config["novelty_threshold"]`` and ``out.metrics["novelty"]``."""
+    from .novelty import FeatureNovelty
+
+    rate = cfg.resolved_novelty_rate()
+    tr, va = prep.train_targets >= 0, prep.val_targets >= 0
+    if rate <= 0 or not bool(va.any()):
+        return
+    gen = torch.Generator().manual_seed(cfg.seed * 7_919 + 1)
+    rows = torch.nonzero(tr).flatten()
+    rows = rows[torch.randperm(len(rows), generator=gen)[:NOVELTY_FIT_IMAGES]].sort().values
+    t0 = time.perf_counter()
+    try:
+        nov = FeatureNovelty.fit(
+            split_features(model, prep, prep.train_pixels[rows], amp), prep.train_targets[rows]
+        )
+    except ValueError:  # a trained class without a sampled image: no rule rather than a bad one
+        return
+    threshold = nov.calibrate(split_features(model, prep, prep.val_pixels[va], amp), rate)
+    out.novelty = nov
+    out.config |= {"novelty_rate": rate, "novelty_threshold": threshold}
+    out.metrics["novelty"] = {
+        "rate": rate,
+        "threshold": threshold,
+        "fit_images": len(rows),
+        "seconds": time.perf_counter() - t0,
+    }
+    out._placement = None
 
 
 def calibrate_placement(out: ImageModel, model: Model, prep: Prepared, amp: bool) -> None:
@@ -640,6 +684,7 @@ def _train(cfg, labels, progress, checkpoint_path, resume, data, max_seconds) ->
     out = image_model(metrics)
     if cfg.placement == "cones":
         calibrate_placement(out, model, prep, step.amp)
+        fit_novelty(out, model, prep, cfg, step.amp)
     if cfg.unsupervised:
         from .clusters import attach_clusters
 

@@ -8,7 +8,11 @@ from dataclasses import dataclass, field
 from . import features, losses
 from .data import DEFAULT_FASHION_MNIST_DIR
 
-__all__ = ["TrainConfig", "TrainError"]
+__all__ = ["DEFAULT_NOVELTY_RATE", "TrainConfig", "TrainError"]
+
+#: share of validation images of trained classes a run with held-out classes calls novel
+#: (the trade of seen images for unseen ones measured in the README's zero-shot table)
+DEFAULT_NOVELTY_RATE = 0.1
 
 
 class TrainError(ValueError):
@@ -66,6 +70,9 @@ class TrainConfig:
     placement: str | None = None  # "cones": embed moves each image inside the cone of its node
     # (models.placement: its class, or the common ancestor of the classes it hesitates between);
     # None: "cones" for the prototype loss on the ball with cap-family labels, else "none"
+    novelty_rate: float | None = None  # with placement: the share of validation images of
+    # trained classes the feature novelty rule (models.novelty) calls novel; a novel image
+    # goes to a held-out class's cone (or its class's parent); None: 0.1 with --holdout, else 0
     aux: float = 1.0  # weight of an auxiliary softmax classifier on the encoder's features
     # (labelled losses; the classifier is dropped after training)
     # auxiliary terms (models.objectives; each 0 / "none": off)
@@ -141,6 +148,13 @@ class TrainConfig:
         )
         return dataclasses.replace(self, placement="cones" if auto else "none")
 
+    def resolved_novelty_rate(self) -> float:
+        """``novelty_rate``, else :data:`DEFAULT_NOVELTY_RATE` for a run with held-out
+        classes (where novel images have somewhere to go) and 0 (off) without."""
+        if self.novelty_rate is not None:
+            return float(self.novelty_rate)
+        return DEFAULT_NOVELTY_RATE if self.holdout else 0.0
+
     @property
     def radius_of_prototypes(self) -> float:
         """The prototype radius in effect: ``prototype_radius``, else 2 on the ball, and 0
@@ -174,6 +188,8 @@ class TrainConfig:
             raise TrainError("cone weight, margin and reach must be >= 0")
         if self.placement not in (None, "none", "cones"):
             raise TrainError(f"unknown placement {self.placement!r} (none or cones)")
+        if self.novelty_rate is not None and not (0 <= self.novelty_rate < 1):
+            raise TrainError(f"novelty rate must be in [0, 1), got {self.novelty_rate}")
         for name in ("lr", "tau", "margin"):
             if getattr(self, name) is not None and not getattr(self, name) > 0:
                 raise TrainError(f"{name} must be positive")

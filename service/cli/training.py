@@ -55,6 +55,7 @@ _TRAIN_FIELDS = (
     "prototype_radius",
     "cone_weight",
     "placement",
+    "novelty_rate",
     "unfreeze",
 )
 
@@ -152,6 +153,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     }
     if "features" in m:  # a pretrained backbone: its cached outputs (file, reused or computed)
         result["features"] = m["features"]
+    if "novelty" in m:  # the zero-shot rule of a placed model (models.novelty)
+        result["novelty"] = m["novelty"]
     if clusters is not None:
         result["clusters"] = clusters
 
@@ -281,6 +284,15 @@ def add_commands(sub) -> None:
         help="cones: each embedded image is moved inside the entailment cone of its class (or "
         "of the common ancestor of the classes it hesitates between); needs cap-family labels "
         "(the default with them, for the prototype loss on the ball); none: the head's output",
+    )
+    tn.add_argument(
+        "--novelty-rate",
+        type=float,
+        default=None,
+        help="with cone placement: the share of validation images of trained classes that the "
+        "feature novelty rule calls novel; a novel image is placed in the cone of the held-out "
+        "class nearest its posterior (or of its class's parent without --holdout); default "
+        "0.1 with --holdout, else 0 (off)",
     )
     tn.add_argument(
         "--tau",
