@@ -19,7 +19,7 @@ and for the trained classes' images, how often the first label is their
 class (what the zero-shot rule costs them: ``--novelty-rate``).
 
     python benchmarks/zero_shot.py [--pairs sandal.n.01,shirt.n.01;...] [--jobs 2]
-        [--seen 2000] [--write-readme]
+        [--rates 0,0.1,0.2] [--seen 2000] [--write-readme]
 """
 
 from __future__ import annotations
@@ -65,6 +65,32 @@ def train_model(labels: Path, out: Path, pair: str, extra: list[str], log: Path)
     return json.loads(p.stdout)
 
 
+def variant(path: Path, rate: float, out: Path) -> Path:
+    """The same weights with the novelty threshold set for ``rate`` on the model's own
+    validation split (reproduced as ``hypsearch train`` drew it: the stratified split of
+    the trained classes' images with the run's seed); rate 0: no novelty rule."""
+    from models.data import load_dataset, split_indices
+    from models.image_model import load_model
+
+    model = load_model(path)
+    cfg = model.config
+    if rate == cfg.get("novelty_rate"):
+        return path
+    model.config = {k: v for k, v in cfg.items() if not k.startswith("novelty_")}
+    if rate > 0:
+        data = load_dataset("fashion-mnist", split="train")
+        targets = np.asarray(data.targets)
+        seen = [i for i, (_, node) in enumerate(data.classes) if node not in model.holdout]
+        idx = np.flatnonzero(np.isin(targets, seen))
+        _, va = split_indices(targets[idx], cfg.get("val_fraction", 0.05), cfg.get("seed", 0))
+        threshold = model.novelty.calibrate(model.features(data.images[idx[va]]), rate)
+        model.config |= {"novelty_rate": rate, "novelty_threshold": threshold}
+    else:
+        model.novelty = None
+    model.save(out)
+    return out
+
+
 def build_index(model: Path, index: Path, log: Path) -> None:
     cmd = [*_cli(), "index", "build", "--model", str(model), "--dataset", "fashion-mnist"]
     cmd += ["--split", "test", "--out", str(index), "--threads", "2", "--quiet", "--json"]
@@ -74,7 +100,7 @@ def build_index(model: Path, index: Path, log: Path) -> None:
         raise SystemExit(f"index build of {model} failed ({p.returncode}); see {log}")
 
 
-def ask(url: str, model_info: dict, pair: list[str], seen_n: int, seed: int) -> list[dict]:
+def ask(url: str, pair: list[str], seen_n: int, seed: int) -> list[dict]:
     """The REST answers for one model: a row per held-out class and one for the trained."""
     import httpx
 
@@ -124,10 +150,14 @@ def ask(url: str, model_info: dict, pair: list[str], seen_n: int, seed: int) -> 
                 "class": "trained classes",
                 "images": len(seen_rows),
                 "the_class": float(np.mean([g == n for g, n in zip(got, truth, strict=True)])),
-                "novelty_rate": (model_info.get("novelty") or {}).get("rate"),
             }
         )
     return rows
+
+
+def _rate(rows: list[dict]) -> str:
+    rate = rows[-1].get("novelty_rate")
+    return "off" if not rate else f"{rate:g}"
 
 
 def _top(labels: list[str], k: int = 3) -> str:
@@ -145,31 +175,30 @@ def table(results: list[tuple[str, dict, list[dict]]], meta: dict) -> str:
         "split indexed and served by `hypsearch serve` on loopback; every held-out test image "
         "and a sample of the trained classes' posted to `/v1/embed`).",
         "",
-        "| held out | epochs | class | images | first `/v1/embed` label: class or parent | "
-        "the class itself | most frequent first labels | name search P@50 |",
-        "| --- | ---: | --- | ---: | ---: | ---: | --- | ---: |",
+        "| held out | epochs | novelty rate | class | images | first `/v1/embed` label: class "
+        "or parent | the class itself | most frequent first labels | name search P@50 |",
+        "| --- | ---: | ---: | --- | ---: | ---: | ---: | --- | ---: |",
     ]
     for pair, info, rows in results:
         for r in rows[:-1]:
             lines.append(
-                f"| {pair} | {info.get('epochs', '?')} | {r['class']} | {r['images']} | "
+                f"| {pair} | {info.get('epochs', '?')} | {_rate(rows)} | {r['class']} | "
+                f"{r['images']} | "
                 f"{r['class_or_parent']:.3f} | {r['the_class']:.3f} | {r['top']} | "
                 f"{r['name_p50']:.2f} |"
             )
     lines += [
         "",
-        "| held out | trained classes' images asked | first label is their class | "
-        "novelty rate | held-out: class or parent, both classes |",
+        "| held out | novelty rate | trained classes' images asked | first label is their "
+        "class | held-out: class or parent, both classes |",
         "| --- | ---: | ---: | ---: | ---: |",
     ]
     for pair, _, rows in results:
         seen = rows[-1]
         w = np.array([r["images"] for r in rows[:-1]], dtype=float)
         both = float((np.array([r["class_or_parent"] for r in rows[:-1]]) * w).sum() / w.sum())
-        rate = seen["novelty_rate"]
         lines.append(
-            f"| {pair} | {seen['images']} | {seen['the_class']:.3f} | "
-            f"{'off' if rate is None else f'{rate:g}'} | {both:.3f} |"
+            f"| {pair} | {_rate(rows)} | {seen['images']} | {seen['the_class']:.3f} | {both:.3f} |"
         )
     return "\n".join(lines)
 
@@ -188,12 +217,24 @@ def main() -> int:
     ap.add_argument("--seen", type=int, default=2000, help="trained classes' images to ask")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--train-args", default="", help="extra `hypsearch train` options")
+    ap.add_argument(
+        "--rates",
+        default="0.1",
+        help="novelty rates to serve each model with (the same weights, the threshold set on "
+        "its validation split; 0: no novelty rule), comma separated",
+    )
     ap.add_argument("--write-readme", action="store_true")
     ap.add_argument("--readme", default=None)
     args = ap.parse_args()
     pairs = [p.strip() for p in args.pairs.split(";") if p.strip()]
     if not pairs or any(len(p.split(",")) != 2 for p in pairs):
         ap.error("--pairs: one or more A,B separated by ;")
+    try:
+        rates = [float(r) for r in args.rates.split(",") if r.strip()]
+    except ValueError:
+        ap.error(f"--rates {args.rates!r}: numbers in [0, 1), comma separated")
+    if not rates or any(not 0 <= r < 1 for r in rates):
+        ap.error(f"--rates {args.rates!r}: numbers in [0, 1), comma separated")
     env = dict(os.environ)
     labels = _labels(args.labels, env)
     args.models.mkdir(parents=True, exist_ok=True)
@@ -211,19 +252,22 @@ def main() -> int:
         )
     results = []
     for p in pairs:
-        with tempfile.TemporaryDirectory(prefix="hypsearch-zsl-") as tmp:
-            index = Path(tmp) / "index"
-            t0 = time.perf_counter()
-            build_index(paths[p], index, log)
-            proc, url = start_server(paths[p], index, log, {})
-            try:
-                rows = ask(url, infos[p], p.split(","), args.seen, args.seed)
-            finally:
-                proc.terminate()
-                proc.wait(timeout=60)
-            print(f"{p}: {time.perf_counter() - t0:.0f} s", file=sys.stderr)
-        results.append((p, infos[p], rows))
-        print(json.dumps({"pair": p, "rows": rows}), file=sys.stderr)
+        for rate in rates:
+            with tempfile.TemporaryDirectory(prefix="hypsearch-zsl-") as tmp:
+                model = variant(paths[p], rate, Path(tmp) / "model.safetensors")
+                index = Path(tmp) / "index"
+                t0 = time.perf_counter()
+                build_index(model, index, log)
+                proc, url = start_server(model, index, log, {})
+                try:
+                    rows = ask(url, p.split(","), args.seen, args.seed)
+                finally:
+                    proc.terminate()
+                    proc.wait(timeout=60)
+                rows[-1]["novelty_rate"] = rate
+                print(f"{p} rate {rate:g}: {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+            results.append((p, infos[p], rows))
+            print(json.dumps({"pair": p, "rate": rate, "rows": rows}), file=sys.stderr)
     meta = {
         "date": dt.date.today().isoformat(),
         "machine": f"{os.uname().nodename} ({cpu_model()}, {os.cpu_count()} cores)",
