@@ -366,14 +366,15 @@ def split_features(
 NOVELTY_FIT_IMAGES = 20_000
 
 
-def fit_novelty(out: ImageModel, model: Model, prep: Prepared, cfg: TrainConfig, amp: bool):
+def fit_novelty(out: ImageModel, model: Model, prep: Prepared, cfg: TrainConfig) -> None:
     """The feature novelty rule (:mod:`models.novelty`): fitted on up to
     :data:`NOVELTY_FIT_IMAGES` training images, its threshold calling
     ``cfg.novelty_rate`` of the validation images novel; kept in ``out.novelty``,
-    ``out.config["novelty_threshold"]`` and ``out.metrics["novelty"]``."""
+    ``out.config["novelty_threshold"]`` and ``out.metrics["novelty"]``. Features in
+    float32 (no bfloat16 autocast), as :meth:`ImageModel.embed` computes them."""
     from .novelty import FeatureNovelty
 
-    rate = cfg.resolved_novelty_rate()
+    rate = cfg.resolved_novelty_rate(len(prep.classes))
     tr, va = prep.train_targets >= 0, prep.val_targets >= 0
     if rate <= 0 or not bool(va.any()):
         return
@@ -383,11 +384,11 @@ def fit_novelty(out: ImageModel, model: Model, prep: Prepared, cfg: TrainConfig,
     t0 = time.perf_counter()
     try:
         nov = FeatureNovelty.fit(
-            split_features(model, prep, prep.train_pixels[rows], amp), prep.train_targets[rows]
+            split_features(model, prep, prep.train_pixels[rows], False), prep.train_targets[rows]
         )
     except ValueError:  # a trained class without a sampled image: no rule rather than a bad one
         return
-    threshold = nov.calibrate(split_features(model, prep, prep.val_pixels[va], amp), rate)
+    threshold = nov.calibrate(split_features(model, prep, prep.val_pixels[va], False), rate)
     out.novelty = nov
     out.config |= {"novelty_rate": rate, "novelty_threshold": threshold}
     out.metrics["novelty"] = {
@@ -684,7 +685,7 @@ def _train(cfg, labels, progress, checkpoint_path, resume, data, max_seconds) ->
     out = image_model(metrics)
     if cfg.placement == "cones":
         calibrate_placement(out, model, prep, step.amp)
-        fit_novelty(out, model, prep, cfg, step.amp)
+        fit_novelty(out, model, prep, cfg)
     if cfg.unsupervised:
         from .clusters import attach_clusters
 

@@ -8,11 +8,7 @@ from dataclasses import dataclass, field
 from . import features, losses
 from .data import DEFAULT_FASHION_MNIST_DIR
 
-__all__ = ["DEFAULT_NOVELTY_RATE", "TrainConfig", "TrainError"]
-
-#: share of validation images of trained classes a run with held-out classes calls novel
-#: (the trade of seen images for unseen ones measured in the README's zero-shot table)
-DEFAULT_NOVELTY_RATE = 0.1
+__all__ = ["TrainConfig", "TrainError"]
 
 
 class TrainError(ValueError):
@@ -72,7 +68,8 @@ class TrainConfig:
     # None: "cones" for the prototype loss on the ball with cap-family labels, else "none"
     novelty_rate: float | None = None  # with placement: the share of validation images of
     # trained classes the feature novelty rule (models.novelty) calls novel; a novel image
-    # goes to a held-out class's cone (or its class's parent); None: 0.1 with --holdout, else 0
+    # goes to a held-out class's cone (or its class's parent); None: the share of the data's
+    # classes held out (resolved_novelty_rate), 0 (off) without --holdout
     aux: float = 1.0  # weight of an auxiliary softmax classifier on the encoder's features
     # (labelled losses; the classifier is dropped after training)
     # auxiliary terms (models.objectives; each 0 / "none": off)
@@ -148,12 +145,17 @@ class TrainConfig:
         )
         return dataclasses.replace(self, placement="cones" if auto else "none")
 
-    def resolved_novelty_rate(self) -> float:
-        """``novelty_rate``, else :data:`DEFAULT_NOVELTY_RATE` for a run with held-out
-        classes (where novel images have somewhere to go) and 0 (off) without."""
+    def resolved_novelty_rate(self, n_classes: int) -> float:
+        """``novelty_rate``, else for a run with held-out classes (where novel images
+        have somewhere to go) the share of the data's ``n_classes`` classes held out, at
+        most 0.5 (as many false alarms among the trained classes' images as the share of
+        images of unseen classes when every class is asked equally often: the README's
+        zero-shot table shows the trade), and 0 (off) without."""
         if self.novelty_rate is not None:
             return float(self.novelty_rate)
-        return DEFAULT_NOVELTY_RATE if self.holdout else 0.0
+        if not self.holdout or n_classes <= 0:
+            return 0.0
+        return min(0.5, len(self.holdout) / n_classes)
 
     @property
     def radius_of_prototypes(self) -> float:

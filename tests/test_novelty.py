@@ -176,3 +176,35 @@ def test_a_held_out_class_trained_with_the_novelty_rule_reaches_its_cone(fm_cap,
     assert off.novelty is None and "novelty_threshold" not in off.config
     z0 = off.embed(test.images).numpy()
     assert not (cones.membership_margin_np(P[tax.index("sandal.n.01")], z0, CAP, c=1.0) >= 0).any()
+
+
+def test_the_default_rate_is_the_share_of_classes_held_out_and_bad_rates_are_refused():
+    from models.train_config import TrainConfig, TrainError
+
+    assert TrainConfig(holdout=["a", "b"]).resolved_novelty_rate(10) == pytest.approx(0.2)
+    assert TrainConfig(holdout=["a"] * 9).resolved_novelty_rate(10) == 0.5  # capped
+    assert TrainConfig().resolved_novelty_rate(10) == 0.0  # nothing held out: off
+    assert TrainConfig(holdout=["a"], novelty_rate=0.05).resolved_novelty_rate(10) == 0.05
+    for bad in (-0.1, 1.0):
+        with pytest.raises(TrainError, match="novelty rate"):
+            TrainConfig(novelty_rate=bad).validate()
+
+
+def test_cli_refuses_a_bad_novelty_rate_in_one_line(tmp_path, capsys):
+    from service.cli import main
+
+    code = main(
+        [
+            "train",
+            "--dataset",
+            "fashion-mnist",
+            "--labels",
+            str(tmp_path / "missing.labels"),
+            "--out",
+            str(tmp_path / "m.safetensors"),
+            "--novelty-rate",
+            "1.5",
+        ]
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "novelty rate" in err[0], err

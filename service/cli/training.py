@@ -291,8 +291,8 @@ def add_commands(sub) -> None:
         default=None,
         help="with cone placement: the share of validation images of trained classes that the "
         "feature novelty rule calls novel; a novel image is placed in the cone of the held-out "
-        "class nearest its posterior (or of its class's parent without --holdout); default "
-        "0.1 with --holdout, else 0 (off)",
+        "class nearest its posterior (or of its class's parent without --holdout); default: "
+        "the share of the classes held out (0.2 for 2 of 10), 0 (off) without --holdout",
     )
     tn.add_argument(
         "--tau",
