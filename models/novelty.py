@@ -47,8 +47,10 @@ class FeatureNovelty:
                 f"novelty statistics do not fit: means {tuple(means.shape)}, "
                 f"precision {tuple(precision.shape)}"
             )
-        self.means = means.to(torch.float64)
-        self.precision = precision.to(torch.float64)
+        # contiguous: a reloaded checkpoint's tensors are, and the matrix products (hence
+        # the last bits of the scores and of the placed points) depend on the layout
+        self.means = means.to(torch.float64).contiguous()
+        self.precision = precision.to(torch.float64).contiguous()
         self.threshold = float(threshold)
 
     @classmethod
