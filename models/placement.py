@@ -254,12 +254,8 @@ class ConePlacement:
         ratio = d_seen.gather(1, top[:, None])[:, 0] / self.radius[top]
         is_top = rows == self.seen_rows[top]
         novel = torch.zeros(len(z), dtype=torch.bool)
-        excess = torch.zeros(len(z), dtype=torch.float64)
         if features is not None and self.feature_novelty is not None:
-            score = self.feature_novelty.scores(features)
-            thr = self.feature_novelty.threshold
-            novel = score > thr
-            excess = torch.where(novel, (score - thr) / max(abs(thr), 1e-12), excess)
+            novel = self.feature_novelty.novel(features)
         to_unseen = novel if len(self.unseen) else torch.zeros_like(novel)
         unsure = (gap < cfg.confidence) | (ratio > cfg.novelty) | (novel & ~to_unseen)
         up = self.up[rows]
@@ -269,7 +265,7 @@ class ConePlacement:
             best = (post @ self.unseen_dist.T).argmin(1)
             rows = torch.where(to_unseen, self.unseen_rows[best], rows)
         info = {"gap": gap, "top": top, "ratio": ratio, "backed": backed}
-        return rows, info | {"novel": novel, "unseen": to_unseen, "excess": excess}
+        return rows, info | {"novel": novel, "unseen": to_unseen}
 
     def _carry(self, z: torch.Tensor, rows: torch.Tensor, shrink: torch.Tensor) -> torch.Tensor:
         c = self.c
@@ -304,11 +300,8 @@ class ConePlacement:
         z = z.to(torch.float64)
         if len(z) == 0:
             return z, []
-        rows, info = self.decide(z, features)
-        # in an unseen class's cone the most novel pictures lie nearest its anchor (where a
-        # search by its name starts): the radius shrinks by exp(-excess), the excess of
-        # the novelty score over the threshold relative to it; directions stay the head's
-        shrink = torch.where(info["unseen"], torch.exp(-info["excess"]), 1.0).to(torch.float64)
+        rows = self.choose(z, features)
+        shrink = torch.ones(len(z), dtype=torch.float64)
         out = self._carry(z, rows, shrink)
         rows_np = rows.numpy()
         for _ in range(8):  # a check that fails moves the point closer to the anchor

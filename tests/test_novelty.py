@@ -83,16 +83,13 @@ def test_calibration_calls_the_asked_share_novel_and_refuses_bad_input():
 
 
 class _Fixed:
-    """A novelty rule whose verdicts are given (the placement's part is under test):
-    score 2 (novel) or 0 against the threshold 1."""
-
-    threshold = 1.0
+    """A novelty rule whose verdicts are given (the placement's part is under test)."""
 
     def __init__(self, flags):
         self.flags = torch.as_tensor(flags)
 
-    def scores(self, features):
-        return 2.0 * self.flags[: len(features)].double()
+    def novel(self, features):
+        return self.flags[: len(features)]
 
 
 def test_novel_points_go_to_the_unseen_class_nearest_their_posterior():
@@ -211,31 +208,3 @@ def test_cli_refuses_a_bad_novelty_rate_in_one_line(tmp_path, capsys):
     )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "novelty rate" in err[0], err
-
-
-class _Graded(_Fixed):
-    def __init__(self, scores):
-        self.given = torch.as_tensor(scores, dtype=torch.float64)
-
-    def scores(self, features):
-        return self.given[: len(features)]
-
-
-def test_the_more_novel_a_picture_the_nearer_the_unseen_class_anchor():
-    """One head output, four novelty scores (threshold 1): the three novel copies go to
-    bird's cone, the more novel nearer bird's anchor (where a search by the name starts);
-    the one below the threshold stays at kitten."""
-    tax = hand_tree()
-    labels = cap_labels(tax, dim=4)
-    z = _around(labels, "kitten", 1, 0.3).expand(4, -1).clone()
-    pl = ConePlacement(
-        labels,
-        ["puppy", "kitten", "hammer"],
-        unseen=["bird"],
-        feature_novelty=_Graded([0.5, 1.5, 3, 6]),
-    )
-    x, names = pl.place(z, torch.zeros(4, 2))
-    assert names == ["kitten", "bird", "bird", "bird"]
-    anchor = pl.anchors[pl.names.index("bird")]
-    d = poincare.dist(anchor.expand(3, -1), x[1:], c=1.0).numpy()
-    assert d[0] > d[1] > d[2] and d[0] < 3.0 - 0.5
