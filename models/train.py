@@ -344,7 +344,11 @@ def validate(model: Model, prep: Prepared, amp: bool, batch_size: int = 1024) ->
 @torch.no_grad()
 def val_points(model: Model, prep: Prepared, amp: bool, batch_size: int = 1024) -> torch.Tensor:
     """The head's outputs on the validation split (eval mode; train mode after)."""
-    return model.head(split_features(model, prep, prep.val_pixels, amp, batch_size))
+    f = split_features(model, prep, prep.val_pixels, amp, batch_size)
+    model.train(False)
+    z = model.head(f)
+    model.train()
+    return z
 
 
 @torch.no_grad()
