@@ -2,7 +2,7 @@ r"""Novelty of an image for the classes a model was trained on, from its encoder
 
 An image of a class the model never saw (``hypsearch train --holdout``) is
 mapped by the head as confidently as any other: its posterior over the
-trained classes says "gym shoe" for nine sandals out of ten, and the distance
+trained classes says "gym shoe" or "boot" for 997 sandals of 1,000, and the distance
 to the class's point does not tell it apart (AUROC 0.60 on the held-out
 classes of the README's zero-shot run). Its *encoder features* do:
 :class:`FeatureNovelty` is the Mahalanobis score of Lee et al. (2018) —
