@@ -39,9 +39,10 @@ sys.path.insert(0, str(ROOT))
 
 
 def main() -> int:
-    from models.data import load_dataset, split_indices
+    from models.data import load_dataset
     from models.image_model import load_model
     from models.placement import ConePlacement, PlacementConfig, calibrate
+    from models.train_data import split_rows
 
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--model", required=True)
@@ -59,11 +60,9 @@ def main() -> int:
     targets = np.asarray(data.targets)
     seen_ids = [i for i, (_, node) in enumerate(data.classes) if node not in model.holdout]
     idx = np.flatnonzero(np.isin(targets, seen_ids))
-    if cfg.get("limit") is not None and cfg["limit"] < len(idx):
-        sub, _ = split_indices(targets[idx], 1 - cfg["limit"] / len(idx), cfg.get("seed", 0))
-        idx = idx[sub]
-    _, va = split_indices(targets[idx], cfg.get("val_fraction", 0.05), cfg.get("seed", 0))
-    va = idx[va]
+    _, va = split_rows(
+        targets, idx, cfg.get("limit"), cfg.get("val_fraction", 0.05), cfg.get("seed", 0)
+    )
     base = {k: v for k, v in cfg.items() if not k.startswith("placement_")}
     model.config = base | {"placement": "none"}
     model._placement = None

@@ -69,8 +69,9 @@ def variant(path: Path, rate: float, out: Path) -> Path:
     """The same weights with the novelty threshold set for ``rate`` on the model's own
     validation split (reproduced as ``hypsearch train`` drew it: the stratified split of
     the trained classes' images with the run's seed); rate 0: no novelty rule."""
-    from models.data import load_dataset, split_indices
+    from models.data import load_dataset
     from models.image_model import load_model
+    from models.train_data import split_rows
 
     model = load_model(path)
     cfg = model.config
@@ -82,8 +83,10 @@ def variant(path: Path, rate: float, out: Path) -> Path:
         targets = np.asarray(data.targets)
         seen = [i for i, (_, node) in enumerate(data.classes) if node not in model.holdout]
         idx = np.flatnonzero(np.isin(targets, seen))
-        _, va = split_indices(targets[idx], cfg.get("val_fraction", 0.05), cfg.get("seed", 0))
-        threshold = model.novelty.calibrate(model.features(data.images[idx[va]]), rate)
+        _, va = split_rows(
+            targets, idx, cfg.get("limit"), cfg.get("val_fraction", 0.05), cfg.get("seed", 0)
+        )
+        threshold = model.novelty.calibrate(model.features(data.images[va]), rate)
         model.config |= {"novelty_rate": rate, "novelty_threshold": threshold}
     else:
         model.novelty = None

@@ -164,8 +164,7 @@ class ImageModel:
     def unseen_classes(self) -> list[str]:
         """Classes of the data the model had no training images of (the holdout): where
         the placement puts an image whose features are novel (:mod:`models.novelty`)."""
-        seen = set(self.seen_classes)
-        return [node for node in self.holdout if node not in seen]
+        return list(self.holdout)  # seen_classes is every class but these
 
     def prototypes(self, nodes: list[str] | None = None) -> torch.Tensor:
         """Label prototypes in the space of :meth:`embed`'s outputs (:attr:`space`): where

@@ -43,6 +43,20 @@ class Prepared:
     feature_cache: dict | None = None  # how they were obtained (models.features.backbone_inputs)
 
 
+def split_rows(
+    targets: np.ndarray, idx: np.ndarray, limit: int | None, val_fraction: float, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The training and validation rows of a run among the kept rows ``idx`` of
+    ``targets``: a stratified ``limit`` first (when smaller), then the stratified
+    validation split -- what a model's own validation split is (benchmarks rebuild it
+    from the model's config)."""
+    if limit is not None and limit < len(idx):
+        sub, _ = split_indices(targets[idx], 1 - limit / len(idx), seed)
+        idx = idx[sub]
+    tr, va = split_indices(targets[idx], val_fraction, seed)
+    return idx[tr], idx[va]
+
+
 def _resolve_holdout(names: list[str], classes: list[tuple[str, str]]) -> list[str]:
     out = []
     for h in names:
@@ -92,11 +106,7 @@ def prepare_data(
     idx = np.flatnonzero(keep)
     if needs_labels and (targets[idx] < 0).any():
         raise TrainError(f"loss {cfg.loss!r} needs labels, but some images have none")
-    if cfg.limit is not None and cfg.limit < len(idx):
-        sub, _ = split_indices(targets[idx], 1 - cfg.limit / len(idx), cfg.seed)
-        idx = idx[sub]
-    tr, va = split_indices(targets[idx], cfg.val_fraction, cfg.seed)
-    tr, va = idx[tr], idx[va]
+    tr, va = split_rows(targets, idx, cfg.limit, cfg.val_fraction, cfg.seed)
     if len(tr) < 2:
         raise TrainError(f"only {len(tr)} training images")
 
