@@ -23,6 +23,12 @@ and on a labelled batch:
   hierarchy in the geometry; added to the labelled objectives with
   ``cone_weight``, see :func:`build_criterion`);
 
+* :func:`expected_hops`: the taxonomy hops from each image's class to a class
+  drawn from its posterior over the trained classes, in expectation (a
+  cost-sensitive term in the spirit of "Making Better Mistakes", Bertinetto
+  et al. 2020: a sibling mistake costs 2, a cousin 4; added with
+  ``hop_weight``, see :func:`build_criterion`);
+
 * :func:`circle_loss` (Sun et al. 2020) on similarities :math:`s = 1 -
   d/\sigma` (an affine map of :math:`-d`), with the paper's optima
   :math:`O_p = 1 + m`, :math:`O_n = -m` and margins :math:`\Delta_p = 1 - m`,
@@ -54,6 +60,7 @@ __all__ = [
     "circle_loss",
     "cone_hinge",
     "cone_ratio",
+    "expected_hops",
     "margin_rank",
     "nt_xent",
     "pairwise_ce",
@@ -131,6 +138,24 @@ def nt_xent(z1: torch.Tensor, z2: torch.Tensor, space: Space, tau: float = 0.2) 
     logits = logits.masked_fill(torch.eye(2 * n, dtype=torch.bool), float("-inf"))
     target = torch.cat([torch.arange(n, 2 * n), torch.arange(n)])
     return F.cross_entropy(logits, target)
+
+
+def expected_hops(
+    z: torch.Tensor,
+    classes: torch.Tensor,
+    y: torch.Tensor,
+    hops: torch.Tensor,
+    space: Space,
+    tau: float = 1.0,
+) -> torch.Tensor:
+    r""":math:`\operatorname{mean}_i \sum_k p_{ik} H_{y_i k}`: the expected taxonomy hops
+    between image i's class and a class drawn from its posterior :math:`p_i =
+    \operatorname{softmax}_k(-d(z_i, c_k)/\tau)` over the trained classes ``classes``
+    (K, D); ``hops`` (K, K) with a zero diagonal. Zero when every image is sure of its
+    class; of two equally wrong posteriors, the one whose mass sits on near relatives
+    costs less (the cross-entropy cannot tell them apart)."""
+    p = torch.softmax(-space.pairwise(z, classes) / tau, dim=1)  # (n, K)
+    return (p * hops.to(p.dtype)[y]).sum(1).mean()
 
 
 def circle_loss(
@@ -222,7 +247,8 @@ class Prototypes:
     (the classes themselves, or every taxonomy node outside the held-out
     subtrees); ``exclude`` (K, M): per class, the candidates that are neither
     target nor negative (its ancestors), or None. ``cone``: what the cone
-    term needs (a :class:`ConeTargets`), None without it.
+    term needs (a :class:`ConeTargets`), None without it. ``hops`` (K, K): the
+    taxonomy hops between the trained classes (:func:`expected_hops`), None without it.
     """
 
     classes: torch.Tensor
@@ -230,6 +256,7 @@ class Prototypes:
     target: torch.Tensor
     exclude: torch.Tensor | None = None
     cone: ConeTargets | None = None
+    hops: torch.Tensor | None = None
 
 
 @dataclass
@@ -364,17 +391,27 @@ class Objective:
 def build_criterion(cfg, space: Space, protos: Prototypes | None) -> Criterion:
     """The criterion of ``cfg.loss`` (:data:`LOSSES`), plus ``cfg.cone_weight`` times
     :func:`cone_hinge` when the prototypes carry cone targets (labelled objectives on the
-    Poincaré ball; the images' points are the first view)."""
+    Poincaré ball) and ``cfg.hop_weight`` times :func:`expected_hops` when they carry the
+    classes' hops; the images' points are the first view."""
     base = LOSSES[cfg.loss].build(cfg, space, protos)
-    weight = float(getattr(cfg, "cone_weight", 0.0))
-    if protos is None or protos.cone is None or weight <= 0:
+    cone_w = float(getattr(cfg, "cone_weight", 0.0))
+    hop_w = float(getattr(cfg, "hop_weight", 0.0))
+    ct = None if protos is None or cone_w <= 0 else protos.cone
+    hops = None if protos is None or hop_w <= 0 else protos.hops
+    if ct is None and hops is None:
         return base
-    ct = protos.cone
+    tau = 1.0 if cfg.tau is None else float(cfg.tau)
 
     def criterion(z, y):
         zc = z[: len(y)]
-        term = cone_hinge(zc, y, ct.apex, ct.other, ct.spec, ct.c, cfg.cone_margin)
-        return base(z, y) + weight * term
+        loss = base(z, y)
+        if ct is not None:
+            loss = loss + cone_w * cone_hinge(
+                zc, y, ct.apex, ct.other, ct.spec, ct.c, cfg.cone_margin
+            )
+        if hops is not None:
+            loss = loss + hop_w * expected_hops(zc, protos.classes, y, hops, space, tau)
+        return loss
 
     return criterion
 

@@ -160,8 +160,9 @@ def _prototypes(
     """The trained classes' label points, and the candidates of the prototype loss."""
     classes = space.from_ball(class_points)  # (K, D)
     cone = _cone_targets(cfg, labels, seen_nodes, class_points)
+    hops = class_hops(labels.taxonomy, seen_nodes) if cfg.hop_weight > 0 else None
     if cfg.negatives != "taxonomy":
-        return Prototypes(classes, classes, torch.arange(len(seen_nodes)), cone=cone)
+        return Prototypes(classes, classes, torch.arange(len(seen_nodes)), cone=cone, hops=hops)
     # every node but the held-out subtrees; each class's ancestors excluded from its softmax
     tax = labels.taxonomy
     held = set(cfg.holdout).union(*(tax.descendants(h) for h in cfg.holdout))
@@ -173,7 +174,18 @@ def _prototypes(
     exclude = torch.zeros(len(seen_nodes), len(nodes), dtype=torch.bool)
     for k, node in enumerate(seen_nodes):
         exclude[k, [pos[a] for a in tax.ancestors(node) if a in pos]] = True
-    return Prototypes(classes, points, target, exclude, cone=cone)
+    return Prototypes(classes, points, target, exclude, cone=cone, hops=hops)
+
+
+def class_hops(taxonomy, nodes: list[str]) -> torch.Tensor:
+    """(K, K) float32 taxonomy hops between ``nodes`` (the shortest path through a common
+    ancestor; nodes without one: the longest path found among the others, plus one)."""
+    k = len(nodes)
+    h = [[taxonomy.hops(a, b) for b in nodes] for a in nodes]
+    worst = max((v for row in h for v in row if v is not None), default=0) + 1
+    return torch.tensor(
+        [[worst if v is None else v for v in row] for row in h], dtype=torch.float32
+    ).reshape(k, k)
 
 
 def _cone_targets(

@@ -61,6 +61,9 @@ class TrainConfig:
     cone_weight: float = 0.0  # labelled objectives on the ball: weight of the cone hinge
     # (losses.cone_hinge: each image inside its class's label cone, outside other classes'); 0: off
     cone_margin: float = 0.25  # its margin in log aperture ratio
+    hop_weight: float = 0.0  # labelled objectives: weight of the expected taxonomy hops between
+    # an image's class and the classes of its posterior (losses.expected_hops; mistakes that
+    # stay in the family cost less); 0: off
     cone_reach: float = 2.0  # with the cone term, the head's default reach beyond the farthest
     # class (hyperbolic distance): inside a cone lies beyond its label point
     placement: str | None = None  # "cones": embed moves each image inside the cone of its node
@@ -188,6 +191,8 @@ class TrainConfig:
             raise TrainError(f"val fraction must be in [0, 1), got {self.val_fraction}")
         if not (self.cone_weight >= 0 and self.cone_margin >= 0 and self.cone_reach >= 0):
             raise TrainError("cone weight, margin and reach must be >= 0")
+        if not self.hop_weight >= 0:
+            raise TrainError(f"hop weight must be >= 0, got {self.hop_weight}")
         if self.placement not in (None, "none", "cones"):
             raise TrainError(f"unknown placement {self.placement!r} (none or cones)")
         if self.novelty_rate is not None and not (0 <= self.novelty_rate < 1):

@@ -14,7 +14,7 @@ import torch
 from models.data import Augment
 from models.geometry import poincare
 from models.heads import make_space
-from models.losses import Prototypes, prototype_ce
+from models.losses import Prototypes, build_criterion, expected_hops, prototype_ce
 from models.objectives import (
     HMLR,
     SSLHead,
@@ -27,7 +27,7 @@ from models.objectives import (
     merge_levels,
     sampled_columns,
 )
-from models.train import TrainConfig, TrainError, train
+from models.train import TrainConfig, TrainError, class_hops, train
 from tests.test_train import needs_fmnist, small_labels, tiny_config
 
 
@@ -220,6 +220,64 @@ def test_sampled_negatives_equal_the_full_softmax_when_all_are_sampled():
     cols = sampled_columns(m, target, 5, torch.Generator().manual_seed(0))
     assert len(cols) == 9 and set(target.tolist()) <= set(cols.tolist())
     assert torch.equal(sampled_columns(m, target, m, None), torch.arange(m))
+
+
+def test_expected_hops_against_a_float64_loop_and_its_gradient():
+    g = torch.Generator().manual_seed(3)
+    z = (
+        poincare.expmap0(torch.randn(12, 4, generator=g, dtype=torch.float64), c=1.0) * 0.9
+    ).requires_grad_()
+    classes = poincare.expmap0(torch.randn(3, 4, generator=g, dtype=torch.float64) * 2, c=1.0)
+    y = torch.tensor([0, 1, 2] * 4)
+    hops = torch.tensor([[0, 2, 4], [2, 0, 4], [4, 4, 0]], dtype=torch.float32)
+    got = expected_hops(z, classes, y, hops, BALL, tau=0.5)
+    want = 0.0
+    for i in range(12):
+        d = [float(BALL.dist(z[i].detach(), c)) for c in classes]
+        w = [math.exp(-v / 0.5) for v in d]
+        want += sum(wk / sum(w) * float(hops[int(y[i]), k]) for k, wk in enumerate(w)) / 12
+    assert math.isclose(float(got.detach()), want, rel_tol=1e-9)
+    got.backward()
+    assert torch.isfinite(z.grad).all() and z.grad.abs().sum() > 0
+    # a posterior on a sibling costs less than one on a cousin: two images of class 0,
+    # each sure of a wrong class
+    z2 = torch.stack([classes[1], classes[2]])
+    per = [
+        float(expected_hops(z2[[i]], classes, torch.tensor([0]), hops, BALL, 0.01)) for i in (0, 1)
+    ]
+    assert per[0] == pytest.approx(2, abs=1e-6) and per[1] == pytest.approx(4, abs=1e-6)
+    # near the boundary (|z| = 1 - 1e-9) it stays finite
+    edge = (classes[0] / classes[0].norm() * (1 - 1e-9)).reshape(1, -1).requires_grad_()
+    v = expected_hops(edge, classes, torch.tensor([1]), hops, BALL, 0.1)
+    v.backward()
+    assert torch.isfinite(v) and torch.isfinite(edge.grad).all()
+
+
+@needs_fmnist
+def test_hop_weight_adds_the_term_and_lowers_far_mistakes(labels):
+    seen = ["sandal.n.01", "gym_shoe.n.01", "shirt.n.01"]
+    h = class_hops(labels.taxonomy, seen)
+    assert h.shape == (3, 3) and (h.diagonal() == 0).all() and (h == h.T).all()
+    assert all(
+        int(h[i, j]) == labels.taxonomy.hops(seen[i], seen[j]) for i in range(3) for j in range(3)
+    )
+    classes = BALL.from_ball(labels.embeddings[[labels.taxonomy.index(n) for n in seen]])
+    protos = Prototypes(classes, classes, torch.arange(3), hops=h)
+    z = torch.zeros(5, classes.shape[1], dtype=torch.float64)
+    y = torch.tensor([0, 1, 2, 0, 1])
+    plain = build_criterion(TrainConfig(tau=0.5), BALL, protos)(z, y)
+    with_hops = build_criterion(TrainConfig(tau=0.5, hop_weight=2.0), BALL, protos)(z, y)
+    assert float(with_hops - plain) == pytest.approx(
+        2 * float(expected_hops(z, classes, y, h, BALL, 0.5))
+    )
+    with pytest.raises(TrainError, match="hop weight"):
+        TrainConfig(hop_weight=-1).validate()
+    m = train(
+        tiny_config(limit=400, epochs=2, time_budget=None, hop_weight=0.5), labels, progress=False
+    )
+    hist = m.metrics["history"]
+    assert all(np.isfinite(h["loss"]) for h in hist) and hist[1]["loss"] < hist[0]["loss"]
+    assert m.config["hop_weight"] == 0.5
 
 
 @needs_fmnist

@@ -54,6 +54,7 @@ _TRAIN_FIELDS = (
     "prototype_logits",
     "prototype_radius",
     "cone_weight",
+    "hop_weight",
     "placement",
     "novelty_rate",
     "unfreeze",
@@ -276,6 +277,13 @@ def add_commands(sub) -> None:
         type=nonneg_float,
         default=None,
         help="weight of the cone term: images inside their class's label cone (default 0: off)",
+    )
+    tn.add_argument(
+        "--hop-weight",
+        type=nonneg_float,
+        default=None,
+        help="weight of the expected taxonomy hops from an image's class to the classes of its "
+        "posterior: mistakes within the family cost less (default 0: off)",
     )
     tn.add_argument(
         "--placement",
