@@ -248,7 +248,8 @@ class Prototypes:
     subtrees); ``exclude`` (K, M): per class, the candidates that are neither
     target nor negative (its ancestors), or None. ``cone``: what the cone
     term needs (a :class:`ConeTargets`), None without it. ``hops`` (K, K): the
-    taxonomy hops between the trained classes (:func:`expected_hops`), None without it.
+    expected-hops term's cost of taking class k for class j (:func:`expected_hops`; the
+    taxonomy hops to a power, times the term's weight), None without the term.
     """
 
     classes: torch.Tensor
@@ -391,13 +392,12 @@ class Objective:
 def build_criterion(cfg, space: Space, protos: Prototypes | None) -> Criterion:
     """The criterion of ``cfg.loss`` (:data:`LOSSES`), plus ``cfg.cone_weight`` times
     :func:`cone_hinge` when the prototypes carry cone targets (labelled objectives on the
-    Poincaré ball) and ``cfg.hop_weight`` times :func:`expected_hops` when they carry the
-    classes' hops; the images' points are the first view."""
+    Poincaré ball) and :func:`expected_hops` when they carry the classes' costs
+    (``Prototypes.hops``, weight included); the images' points are the first view."""
     base = LOSSES[cfg.loss].build(cfg, space, protos)
     cone_w = float(getattr(cfg, "cone_weight", 0.0))
-    hop_w = float(getattr(cfg, "hop_weight", 0.0))
     ct = None if protos is None or cone_w <= 0 else protos.cone
-    hops = None if protos is None or hop_w <= 0 else protos.hops
+    hops = None if protos is None else protos.hops
     if ct is None and hops is None:
         return base
     tau = 1.0 if cfg.tau is None else float(cfg.tau)
@@ -410,7 +410,7 @@ def build_criterion(cfg, space: Space, protos: Prototypes | None) -> Criterion:
                 zc, y, ct.apex, ct.other, ct.spec, ct.c, cfg.cone_margin
             )
         if hops is not None:
-            loss = loss + hop_w * expected_hops(zc, protos.classes, y, hops, space, tau)
+            loss = loss + expected_hops(zc, protos.classes, y, hops, space, tau)
         return loss
 
     return criterion

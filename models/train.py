@@ -160,7 +160,10 @@ def _prototypes(
     """The trained classes' label points, and the candidates of the prototype loss."""
     classes = space.from_ball(class_points)  # (K, D)
     cone = _cone_targets(cfg, labels, seen_nodes, class_points)
-    hops = class_hops(labels.taxonomy, seen_nodes) if cfg.hop_weight > 0 else None
+    hops = None  # the expected-hops term's costs, its weight included
+    weight = cfg.resolved_hop_weight(len(seen_nodes))
+    if weight > 0:
+        hops = weight * class_hops(labels.taxonomy, seen_nodes) ** cfg.hop_power
     if cfg.negatives != "taxonomy":
         return Prototypes(classes, classes, torch.arange(len(seen_nodes)), cone=cone, hops=hops)
     # every node but the held-out subtrees; each class's ancestors excluded from its softmax

@@ -8,7 +8,10 @@ from dataclasses import dataclass, field
 from . import features, losses
 from .data import DEFAULT_FASHION_MNIST_DIR
 
-__all__ = ["TrainConfig", "TrainError"]
+__all__ = ["MAX_HOP_CLASSES", "TrainConfig", "TrainError"]
+
+#: the default expected-hops term is on up to this many trained classes (a K x K table)
+MAX_HOP_CLASSES = 2048
 
 
 class TrainError(ValueError):
@@ -61,9 +64,11 @@ class TrainConfig:
     cone_weight: float = 0.0  # labelled objectives on the ball: weight of the cone hinge
     # (losses.cone_hinge: each image inside its class's label cone, outside other classes'); 0: off
     cone_margin: float = 0.25  # its margin in log aperture ratio
-    hop_weight: float = 0.0  # labelled objectives: weight of the expected taxonomy hops between
-    # an image's class and the classes of its posterior (losses.expected_hops; mistakes that
-    # stay in the family cost less); 0: off
+    hop_weight: float | None = None  # labelled objectives: weight of the expected cost
+    # hops ** hop_power between an image's class and the classes of its posterior
+    # (losses.expected_hops: mistakes that stay in the family cost less); 0: off; None: 1 up
+    # to MAX_HOP_CLASSES trained classes, else off (resolved_hop_weight)
+    hop_power: float = 2.0  # the cost of a mistake: hops ** hop_power (far mistakes dearer)
     cone_reach: float = 2.0  # with the cone term, the head's default reach beyond the farthest
     # class (hyperbolic distance): inside a cone lies beyond its label point
     placement: str | None = None  # "cones": embed moves each image inside the cone of its node
@@ -148,6 +153,13 @@ class TrainConfig:
         )
         return dataclasses.replace(self, placement="cones" if auto else "none")
 
+    def resolved_hop_weight(self, n_classes: int) -> float:
+        """``hop_weight``, else 1 for up to :data:`MAX_HOP_CLASSES` trained classes (the
+        term needs their K x K hops; README "The expected-hops term") and 0 beyond."""
+        if self.hop_weight is not None:
+            return float(self.hop_weight)
+        return 1.0 if 0 < n_classes <= MAX_HOP_CLASSES else 0.0
+
     def resolved_novelty_rate(self, n_classes: int) -> float:
         """``novelty_rate``, else for a run with held-out classes (where novel images
         have somewhere to go) the share of the data's ``n_classes`` classes held out, at
@@ -191,8 +203,10 @@ class TrainConfig:
             raise TrainError(f"val fraction must be in [0, 1), got {self.val_fraction}")
         if not (self.cone_weight >= 0 and self.cone_margin >= 0 and self.cone_reach >= 0):
             raise TrainError("cone weight, margin and reach must be >= 0")
-        if not self.hop_weight >= 0:
+        if self.hop_weight is not None and not self.hop_weight >= 0:
             raise TrainError(f"hop weight must be >= 0, got {self.hop_weight}")
+        if not self.hop_power > 0:
+            raise TrainError(f"hop power must be positive, got {self.hop_power}")
         if self.placement not in (None, "none", "cones"):
             raise TrainError(f"unknown placement {self.placement!r} (none or cones)")
         if self.novelty_rate is not None and not (0 <= self.novelty_rate < 1):

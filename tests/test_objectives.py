@@ -28,6 +28,7 @@ from models.objectives import (
     sampled_columns,
 )
 from models.train import TrainConfig, TrainError, class_hops, train
+from models.train_config import MAX_HOP_CLASSES
 from tests.test_train import needs_fmnist, small_labels, tiny_config
 
 
@@ -254,7 +255,7 @@ def test_expected_hops_against_a_float64_loop_and_its_gradient():
 
 
 @needs_fmnist
-def test_hop_weight_adds_the_term_and_lowers_far_mistakes(labels):
+def test_hop_weight_adds_the_term_and_trains(labels):
     seen = ["sandal.n.01", "gym_shoe.n.01", "shirt.n.01"]
     h = class_hops(labels.taxonomy, seen)
     assert h.shape == (3, 3) and (h.diagonal() == 0).all() and (h == h.T).all()
@@ -265,13 +266,21 @@ def test_hop_weight_adds_the_term_and_lowers_far_mistakes(labels):
     protos = Prototypes(classes, classes, torch.arange(3), hops=h)
     z = torch.zeros(5, classes.shape[1], dtype=torch.float64)
     y = torch.tensor([0, 1, 2, 0, 1])
-    plain = build_criterion(TrainConfig(tau=0.5), BALL, protos)(z, y)
-    with_hops = build_criterion(TrainConfig(tau=0.5, hop_weight=2.0), BALL, protos)(z, y)
+    plain = build_criterion(
+        TrainConfig(tau=0.5), BALL, Prototypes(classes, classes, torch.arange(3))
+    )(z, y)
+    with_hops = build_criterion(TrainConfig(tau=0.5), BALL, protos)(z, y)
     assert float(with_hops - plain) == pytest.approx(
-        2 * float(expected_hops(z, classes, y, h, BALL, 0.5))
+        float(expected_hops(z, classes, y, h, BALL, 0.5))
     )
+    # the default: on (weight 1) up to MAX_HOP_CLASSES classes, off beyond; hops squared
+    assert TrainConfig().resolved_hop_weight(10) == 1.0 and TrainConfig().hop_power == 2.0
+    assert TrainConfig().resolved_hop_weight(MAX_HOP_CLASSES + 1) == 0.0
+    assert TrainConfig(hop_weight=0.0).resolved_hop_weight(10) == 0.0
     with pytest.raises(TrainError, match="hop weight"):
         TrainConfig(hop_weight=-1).validate()
+    with pytest.raises(TrainError, match="hop power"):
+        TrainConfig(hop_weight=1, hop_power=0).validate()
     m = train(
         tiny_config(limit=400, epochs=2, time_budget=None, hop_weight=0.5), labels, progress=False
     )
@@ -486,6 +495,10 @@ def test_cli_bad_objective_options(tmp_path, capsys):
          "--curvature learn: needs a label-free loss"),
         (["--dataset", "fashion-mnist", "--labels", str(labels), "--curvature", "learn:-1",
           "--loss", "circle"], "'learn:-1': expected a positive curvature"),
+        (["--dataset", "fashion-mnist", "--labels", str(labels), "--hop-weight", "-1"],
+         "--hop-weight"),
+        (["--dataset", "fashion-mnist", "--labels", str(labels), "--hop-power", "0"],
+         "--hop-power"),
     ]  # fmt: skip
     for extra, message in cases:
         try:

@@ -55,6 +55,7 @@ _TRAIN_FIELDS = (
     "prototype_radius",
     "cone_weight",
     "hop_weight",
+    "hop_power",
     "placement",
     "novelty_rate",
     "unfreeze",
@@ -282,8 +283,15 @@ def add_commands(sub) -> None:
         "--hop-weight",
         type=nonneg_float,
         default=None,
-        help="weight of the expected taxonomy hops from an image's class to the classes of its "
-        "posterior: mistakes within the family cost less (default 0: off)",
+        help="weight of the expected cost (taxonomy hops ** --hop-power) from an image's class "
+        "to the classes of its posterior: mistakes within the family cost less (default 1 up to "
+        "2048 trained classes; 0: off)",
+    )
+    tn.add_argument(
+        "--hop-power",
+        type=positive_float,
+        default=None,
+        help="the expected-hops term's cost of a mistake: hops ** POWER (default 2)",
     )
     tn.add_argument(
         "--placement",
