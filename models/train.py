@@ -14,7 +14,11 @@ The default objective (``loss="prototype"``): softmax cross-entropy over
 image's class is the target; its ancestors are neither target nor negative;
 held-out classes and their subtrees are left out entirely), plus ``pull``
 times :math:`d(z, p_{class})`, which gathers each class around its label
-point. With ``cone_weight`` > 0 (default 0: off, see the README; ball geometry) the cone term
+point, plus the expected cost :math:`\sum_k p_k\,\mathrm{hops}(y, k)^{2}` of a class
+drawn from the posterior over the trained classes (:func:`models.losses.expected_hops`,
+``hop_weight`` times it, default 1 up to 2,048 trained classes; ``hop_power`` 2;
+:func:`class_hops`): of two wrong posteriors, the one on near relatives costs less.
+With ``cone_weight`` > 0 (default 0: off, see the README; ball geometry) the cone term
 :func:`models.losses.cone_hinge` (``cone_weight`` times it) asks each image to
 lie inside the cone of its class's label point (in the label checkpoint's cone
 family, :func:`models.prototypes.label_cone_spec`; with nested cones, inside

@@ -247,6 +247,15 @@ def test_expected_hops_against_a_float64_loop_and_its_gradient():
         float(expected_hops(z2[[i]], classes, torch.tensor([0]), hops, BALL, 0.01)) for i in (0, 1)
     ]
     assert per[0] == pytest.approx(2, abs=1e-6) and per[1] == pytest.approx(4, abs=1e-6)
+    # a step on the term moves a point torn between a sibling (class 1) and a cousin
+    # (class 2) of its class towards the sibling; the three lie mirror-symmetric about the
+    # point's plane, so the cross-entropy of class 0 alone would not prefer either
+    sym = torch.tensor([[0.0, 0.0, 0.5, 0.0], [0.5, 0.3, 0.0, 0.0], [0.5, -0.3, 0.0, 0.0]])
+    x = torch.tensor([[0.5, 0.0, 0.0, 0.0]], dtype=torch.float64, requires_grad=True)
+    sym = sym.to(torch.float64)
+    expected_hops(x, sym, torch.tensor([0]), hops, BALL, 0.5).backward()
+    d1 = BALL.pairwise(poincare.project(x.detach() - 0.01 * x.grad, c=1.0), sym)[0]
+    assert float(d1[1]) < float(d1[2])
     # near the boundary (|z| = 1 - 1e-9) it stays finite
     edge = (classes[0] / classes[0].norm() * (1 - 1e-9)).reshape(1, -1).requires_grad_()
     v = expected_hops(edge, classes, torch.tensor([1]), hops, BALL, 0.1)
