@@ -59,6 +59,8 @@ SEED_ROWS = [
 OBJECTIVES: dict[str, tuple[str, list[str]]] = {
     "default": ("default", []),
     "twin (--geometry euclidean)": ("default", ["--geometry", "euclidean"]),
+    "--hop-weight 0 (the default before 2026-12-02)": ("default", ["--hop-weight", "0"]),
+    "twin, --hop-weight 0": ("default", ["--geometry", "euclidean", "--hop-weight", "0"]),
     "--prototype-logits busemann": ("default", ["--prototype-logits", "busemann"]),
     "twin, --prototype-logits busemann": (
         "default",
@@ -396,7 +398,8 @@ def objectives_table(res: dict, args) -> str:
     cols = " | ".join(h for h, _ in OBJ_COLUMNS)
     lines = [
         f"#### Objectives of issue 12 ({when}; {os.cpu_count()} CPUs, {cpu_model()}, torch "
-        f"threads {args.threads}, one run at a time, "
+        f"threads {args.threads}, "
+        + ("one run at a time, " if args.jobs <= 1 else f"{args.jobs} runs at a time, ")
         + (
             f"**{args.epochs} epochs per row, no time budget**"
             if args.epochs
@@ -414,6 +417,7 @@ def objectives_table(res: dict, args) -> str:
         lines.append(f"| {name} | {tr['epochs']} | {tr['wall_seconds']:.0f} | {vals} |")
     la = os.getloadavg()
     lim = f" --limit {args.limit}" if args.limit else ""
+    jobs = f" --jobs {args.jobs}" if args.jobs > 1 else ""
     if args.epochs:
         plan, row = f"--epochs {args.epochs}", f"--time-budget 0 --epochs {args.epochs}"
     else:
@@ -422,7 +426,7 @@ def objectives_table(res: dict, args) -> str:
         "",
         f"Load average at the end: {la[0]:.1f} / {la[1]:.1f} / {la[2]:.1f}. Reproduce: "
         f"`python benchmarks/train.py --objectives {plan} --threads "
-        f"{args.threads}{lim}` (each row: `hypsearch train --dataset fashion-mnist --labels "
+        f"{args.threads}{lim}{jobs}` (each row: `hypsearch train --dataset fashion-mnist --labels "
         f"LABELS --out M {row}{lim} --threads {args.threads} "
         "--restart` with the "
         "row's flags, then `hypsearch eval --model M --dataset fashion-mnist --split test "
@@ -433,34 +437,37 @@ def objectives_table(res: dict, args) -> str:
 
 
 def run_objectives(args, labels: Path, home: Path, env: dict) -> int:
+    from concurrent.futures import ThreadPoolExecutor
+
     names = list(OBJECTIVES)
     if args.only:
         wanted = [w.strip() for w in args.only.split(",")]
         names = [n for n in names if any(w in n for w in wanted)]
-    res = {}
-    for i, name in enumerate(names):
-        kind, flags = OBJECTIVES[name]
+    # every row's labels first (two rows must not build the same checkpoint at once)
+    labs = {name: _objective_labels(OBJECTIVES[name][0], home, labels, env) for name in names}
+
+    def one(item: tuple[int, str]) -> dict | None:
+        i, name = item
+        flags = OBJECTIVES[name][1]
         slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
         model = args.out_dir / f"obj-{slug}.safetensors"  # stable when rows are added
         info_path = model.with_suffix(".train.json")
         ev_path = model.with_suffix(".eval.json")
         if args.reuse and info_path.exists() and ev_path.exists():
-            res[name] = {
+            return {
                 "train": json.loads(info_path.read_text()),
                 "eval": json.loads(ev_path.read_text()),
             }
-            continue
-        lab = _objective_labels(kind, home, labels, env)
         budget = ["--time-budget", str(args.budget), "--quiet"]
         if args.epochs:  # the same steps for every row, whatever the load
             budget = ["--time-budget", "0", "--epochs", str(args.epochs), "--quiet"]
         if args.limit:
             budget += ["--limit", str(args.limit)]
         try:
-            info, wall = _run(_train_cmd(lab, model, args.threads, *budget, *flags), env)
+            info, wall = _run(_train_cmd(labs[name], model, args.threads, *budget, *flags), env)
         except SystemExit as e:  # one failed row does not stop the others
             print(f"[{i + 1}/{len(names)}] {name}: {e}", file=sys.stderr)
-            continue
+            return None
         info["wall_seconds"] = wall
         info_path.write_text(json.dumps(info, indent=1))
         ev, _ = _run(
@@ -470,8 +477,12 @@ def run_objectives(args, labels: Path, home: Path, env: dict) -> int:
             env,
         )  # fmt: skip
         ev_path.write_text(json.dumps(ev, indent=1))
-        res[name] = {"train": info, "eval": ev}
         print(f"[{i + 1}/{len(names)}] {name}: recall@1 {ev['recall@1']:.3f}", file=sys.stderr)
+        return {"train": info, "eval": ev}
+
+    with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+        rows = list(pool.map(one, enumerate(names)))
+    res = {name: r for name, r in zip(names, rows, strict=True) if r is not None}
     report(objectives_table(res, args), OBJ_START, OBJ_END, args.write_readme)
     return 0
 
