@@ -180,7 +180,9 @@ def test_a_held_out_class_lands_under_its_parent_more_often_than_chance(fm_cap):
     """Sandal held out: its images are placed in shoe's cone (sandal's parent; gym shoe,
     the other shoe, is trained) far more often than the images of other classes are."""
     labels, data, test = fm_cap
-    model = _tiny(labels, data, placement="cones", holdout=["sandal.n.01"])
+    # the posterior's back-off alone (the feature novelty rule, on by default with a
+    # holdout, sends a tenth of every class to sandal's cone: tests/test_novelty.py)
+    model = _tiny(labels, data, placement="cones", holdout=["sandal.n.01"], novelty_rate=0.0)
     tax = labels.taxonomy
     z = model.embed(test.images).numpy()
     shoe = labels.embeddings.numpy()[tax.index("shoe.n.01")]
@@ -190,8 +192,8 @@ def test_a_held_out_class_lands_under_its_parent_more_often_than_chance(fm_cap):
     # chance: the images of the classes that are neither shoes nor boots (the other footwear)
     others = ~np.isin(nodes, ["sandal.n.01", "gym_shoe.n.01", "boot.n.01"])
     assert held.sum() >= 20 and others.sum() >= 100
-    # measured: 0.094 against 0.0 (most sandals go to footwear, the common ancestor of the
-    # gym shoe and the boot they hesitate between: the grandparent)
+    # measured: 0.28 against 0.0 (the rest of the sandals go to footwear, the common ancestor
+    # of the gym shoe and the boot they hesitate between: the grandparent)
     assert under[held].mean() > max(0.05, 3 * under[others].mean()), (
         under[held].mean(),
         under[others].mean(),
