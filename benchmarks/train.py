@@ -52,6 +52,8 @@ SEED_ROWS = [
     ("hierarchical Hit@1 (all nodes)", "hier_hit@1", True),
     ("nearest-label accuracy", "nearest_label_acc", True),
     ("mistake severity (hops; lower is better)", "mistakes.severity", False),
+    ("mistakes: rate (lower is better)", "mistakes.rate", False),
+    ("mean hops per image, avg hops@1 (lower is better)", "mistakes.avg_hops@1", False),
     ("back-off prediction: hierarchical Hit@1", "backoff.hier_hit@1", True),
 ]
 
