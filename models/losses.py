@@ -26,8 +26,8 @@ and on a labelled batch:
 * :func:`expected_hops`: the taxonomy hops from each image's class to a class
   drawn from its posterior over the trained classes, in expectation (a
   cost-sensitive term in the spirit of "Making Better Mistakes", Bertinetto
-  et al. 2020: a sibling mistake costs 2, a cousin 4; added with
-  ``hop_weight``, see :func:`build_criterion`);
+  et al. 2020: hops to ``hop_power``, by default squared, so a sibling mistake
+  costs 4 and a cousin 16; added with ``hop_weight``, see :func:`build_criterion`);
 
 * :func:`circle_loss` (Sun et al. 2020) on similarities :math:`s = 1 -
   d/\sigma` (an affine map of :math:`-d`), with the paper's optima
