@@ -143,16 +143,6 @@ def mistake_severity(
     }
 
 
-def _hop_matrix(nodes: list[str], taxonomy) -> np.ndarray:
-    n = len(nodes)
-    H = np.zeros((n, n), dtype=np.int64)
-    for i in range(n):
-        for j in range(i + 1, n):
-            h = taxonomy.hops(nodes[i], nodes[j])
-            H[i, j] = H[j, i] = 10**6 if h is None else h
-    return H
-
-
 def hop_map(
     z: torch.Tensor,
     targets: np.ndarray,
@@ -165,7 +155,7 @@ def hop_map(
 ) -> dict[str, float]:
     """hop mAP@k: relevant = class within h hops of the query's class (see the module docstring)."""
     t = np.asarray(targets)
-    H = torch.as_tensor(_hop_matrix(class_nodes, taxonomy))
+    H = torch.as_tensor(taxonomy.hop_table(class_nodes, missing=10**6))
     if nn is None:
         nn = ranked_neighbours(z, space, k)
     nn = nn[:, :k]

@@ -535,6 +535,17 @@ class Taxonomy:
                 best = d + e
         return best
 
+    def hop_table(self, nodes: list[str], missing: int) -> np.ndarray:
+        """(K, K) int64 :meth:`hops` between ``nodes``; ``missing`` where two have no
+        common ancestor."""
+        n = len(nodes)
+        table = np.zeros((n, n), dtype=np.int64)
+        for i in range(n):
+            for j in range(i + 1, n):
+                h = self.hops(nodes[i], nodes[j])
+                table[i, j] = table[j, i] = missing if h is None else h
+        return table
+
     def siblings(self, name: str | int) -> set[str]:
         """Nodes sharing at least one parent with *name*, not itself."""
         i = self._id(name)

@@ -185,14 +185,12 @@ def _prototypes(
 
 
 def class_hops(taxonomy, nodes: list[str]) -> torch.Tensor:
-    """(K, K) float32 taxonomy hops between ``nodes`` (the shortest path through a common
-    ancestor; nodes without one: the longest path found among the others, plus one)."""
-    k = len(nodes)
-    h = [[taxonomy.hops(a, b) for b in nodes] for a in nodes]
-    worst = max((v for row in h for v in row if v is not None), default=0) + 1
-    return torch.tensor(
-        [[worst if v is None else v for v in row] for row in h], dtype=torch.float32
-    ).reshape(k, k)
+    """(K, K) float32 taxonomy hops between ``nodes`` (:meth:`Taxonomy.hop_table
+    <models.taxonomy.Taxonomy.hop_table>`; nodes without a common ancestor: the longest
+    path found among the others, plus one)."""
+    table = taxonomy.hop_table(nodes, missing=-1)
+    table[table < 0] = table.max(initial=0) + 1
+    return torch.from_numpy(table).to(torch.float32)
 
 
 def _cone_targets(
