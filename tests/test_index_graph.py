@@ -221,6 +221,35 @@ def test_builds_are_deterministic():
     assert ef[0] is not None and ef[0] == ef[1]  # the same calibration
 
 
+def _edges_by_slot(ix) -> dict[int, list[int]]:
+    b = ix._backend
+    return {
+        int(b._n2s[v]): sorted(int(b._n2s[u]) for u in b._adj[v, : b._deg[v]])
+        for v in range(b._n)
+        if b._flags[v]
+    }
+
+
+def test_the_graph_does_not_depend_on_build_threads_or_the_layout(monkeypatch):
+    # the insertion kernels run over index ranges on the caller's threads, and
+    # a bulk insertion renews the node layout as the graph doubles: neither
+    # may change a single edge (in slot terms) or the calibrated width
+    from indexing.backends import graph as graph_backend
+
+    x, q = cloud(9000, 20, seed=41)
+    built = []
+    for threads, relayout in ((1, 10**9), (2, 1024)):
+        monkeypatch.setattr(graph_backend, "RELAYOUT_MIN", relayout)
+        ix = HyperbolicIndex(16, backend="graph", seed=3, build_threads=threads)
+        ix.add(x, make_ids(len(x)))
+        built.append((_edges_by_slot(ix), ix._backend.ef_auto, ix.search(q, k=10, ef=24)))
+    (e1, ef1, f1), (e2, ef2, f2) = built
+    assert len(e1) == len(x) and e1 == e2
+    assert ef1 is not None and ef1 == ef2
+    np.testing.assert_array_equal(f1[0], f2[0])
+    np.testing.assert_array_equal(f1[1], f2[1])
+
+
 def test_renumbered_graph_answers_like_the_exact_scan(tmp_path):
     x, q = cloud(6000, 100, seed=39)
     ids = make_ids(len(x))

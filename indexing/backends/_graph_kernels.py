@@ -23,33 +23,24 @@ it still routes searches, it is never returned).
   out-edges chosen by robust pruning with ``alpha`` on the geodesic
   distance), then the reverse edges, grouped by target so targets are updated
   in parallel; a neighbour list that overflows its slack is pruned again.
+  Every kernel is serial and releases the GIL; the parallel steps are
+  serial kernels over index ranges that the caller spreads over its own
+  threads (no numba threading layer: ``parallel=True`` compiled the same
+  loops 2.5 times slower per node, and OpenMP's workers spun next to
+  torch's).
 """
 
 from __future__ import annotations
 
-import os
-import threading
-
-import numba
 import numpy as np
 from llvmlite import ir
-from numba import njit, prange, types
+from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
 from models.geometry.kernels import POINCARE as _POINCARE
 from models.geometry.kernels import dist as _exact_dist
 from models.geometry.ranking import arcosh1p
-
-# The parallel kernels (insertion) run on numba's "workqueue" threads, not
-# OpenMP: OpenMP workers spin while they wait, and next to another spinning
-# runtime (torch's, after a multi-threaded torch op) on a busy machine single
-# insertion batches took tens of times longer.  The workqueue
-# layer must not be entered by two threads at once: PARALLEL_LOCK serialises
-# the parallel kernels of every index of the process.
-if "NUMBA_THREADING_LAYER" not in os.environ:
-    numba.config.THREADING_LAYER = "workqueue"
-PARALLEL_LOCK = threading.Lock()
 
 _FLAGS_LIVE = 1
 
@@ -460,68 +451,55 @@ def _prune(x, aux, met, node, cand, ck, n_cand, R, alpha, two_c, out, occ, min_d
     return n_out
 
 
-@njit(nogil=True, parallel=True, cache=True)
-def insert_batch(graph, met, nodes, start, L, R, alpha, two_c, visited, n_threads, mates, min_deg):
-    """Link ``nodes`` (not yet in the graph: ``flags`` 0; the caller sets them
-    to 1 afterwards).
-
-    The nodes of a batch search the graph as it was before the batch, so they
-    cannot find each other; a batch node therefore also considers up to
-    ``mates`` nodes of the batch whose nearest graph node is the same as its own
-    (a tight cluster of near-duplicates inserted together shares it).  Without
-    that, such a cluster is linked only through reverse edges and hand-offs
-    and a later prune can leave most of it unreachable.
-
-    ``adj`` has ``R + R // 2`` columns (the slack); ``visited`` is
-    ``(n_threads, capacity)`` uint32 of zeros.  Returns the reverse edges
-    ``(targets, sources)`` for :func:`link_groups`."""
+@njit(nogil=True, cache=True)
+def insert_search(graph, met, nodes, start, L, visited, lo, hi, cand_i, cand_k, n_cand, top1):
+    """Beam searches of ``nodes[lo:hi]`` over the graph as it is: each node's
+    candidates (the live nodes of its final beam, symmetric keys) go to row
+    ``b`` of ``cand_i``/``cand_k``/``n_cand``, its nearest graph node to
+    ``top1[b]``.  ``visited`` is this call's own zeroed stamp buffer (zeroed
+    again on return)."""
     x, aux, adj, deg, flags = graph
-    nb_ = nodes.shape[0]
-    new_adj = np.full((nb_, R), -1, dtype=np.int64)
-    new_deg = np.zeros(nb_, dtype=np.int64)
-    cand_i = np.full((nb_, L), -1, dtype=np.int64)
-    cand_k = np.full((nb_, L), np.inf, dtype=np.float64)
-    n_cand = np.zeros(nb_, dtype=np.int64)
-    top1 = np.full(nb_, -1, dtype=np.int64)
+    bufs = _beam_buffers(L, L)
+    beam_i, beam_k = bufs[0], bufs[1]
     empty_ok = np.zeros(0, dtype=np.bool_)
-    chunk = (nb_ + n_threads - 1) // n_threads
-    for t in prange(n_threads):
-        bufs = _beam_buffers(L, L)
-        beam_i, beam_k, expd, res_i, res_k = bufs
-        vis = visited[t]
-        stamp = 0
-        for b in range(t * chunk, min(nb_, (t + 1) * chunk)):
-            node = nodes[b]
-            stamp += 1
-            # route over every node in the graph (tombstones too)
-            nr, n_beam = _beam(
-                graph,
-                met,
-                empty_ok,
-                x[node : node + 1],
-                aux[node : node + 1],
-                start,
-                L,
-                1,
-                vis,
-                np.uint32(stamp),
-                bufs,
-                False,
-            )
-            # candidates: the live nodes of the final beam (symmetric keys)
-            m = 0
-            for j in range(n_beam):
-                bi = beam_i[j]
-                if bi == node or flags[bi] != _FLAGS_LIVE:
-                    continue
-                cand_i[b, m] = bi
-                cand_k[b, m] = _to_sym(beam_k[j], aux, node, met)
-                m += 1
-            n_cand[b] = m
-            if n_beam > 0:
-                top1[b] = beam_i[0]
-        vis[:] = 0
-    # batch mates: nodes with the same nearest graph node
+    stamp = 0
+    for b in range(lo, hi):
+        node = nodes[b]
+        stamp += 1
+        # route over every node in the graph (tombstones too)
+        nr, n_beam = _beam(
+            graph,
+            met,
+            empty_ok,
+            x[node : node + 1],
+            aux[node : node + 1],
+            start,
+            L,
+            1,
+            visited,
+            np.uint32(stamp),
+            bufs,
+            False,
+        )
+        m = 0
+        for j in range(n_beam):
+            bi = beam_i[j]
+            if bi == node or flags[bi] != _FLAGS_LIVE:
+                continue
+            cand_i[b, m] = bi
+            cand_k[b, m] = _to_sym(beam_k[j], aux, node, met)
+            m += 1
+        n_cand[b] = m
+        top1[b] = beam_i[0] if n_beam > 0 else -1
+    visited[:] = 0
+
+
+@njit(nogil=True, cache=True)
+def batch_groups(top1):
+    """Batch mates: ``(order, pos, grp_start, grp_end)`` -- the batch sorted by
+    nearest graph node, each node's position in that order and the bounds of
+    its group (the nodes sharing its nearest graph node)."""
+    nb_ = top1.shape[0]
     order = np.argsort(top1, kind="mergesort")
     pos = np.empty(nb_, dtype=np.int64)
     grp_start = np.empty(nb_, dtype=np.int64)
@@ -536,50 +514,69 @@ def insert_batch(graph, met, nodes, start, L, R, alpha, two_c, visited, n_thread
             grp_start[order[p]] = a
             grp_end[order[p]] = e
         a = e
-    for t in prange(n_threads):
-        ci = np.empty(L + mates, dtype=np.int64)
-        ck = np.empty(L + mates, dtype=np.float64)
-        occ = np.empty(L + mates, dtype=np.int64)
-        out = np.empty(R, dtype=np.int64)
-        for b in range(t * chunk, min(nb_, (t + 1) * chunk)):
-            node = nodes[b]
-            m = n_cand[b]
-            for j in range(m):
-                ci[j] = cand_i[b, j]
-                ck[j] = cand_k[b, j]
-            if top1[b] >= 0:
-                lo = max(grp_start[b], pos[b] - mates // 2)
-                hi = min(grp_end[b], lo + mates + 1)
-                for p in range(lo, hi):
-                    o = nodes[order[p]]
-                    if o != node:
-                        ci[m] = o
-                        ck[m] = _sym(x, aux, node, o, met)
-                        m += 1
-            k_out = _prune(x, aux, met, node, ci, ck, m, R, alpha, two_c, out, occ, min_deg)
-            # always an edge to the nearest graph node: batch mates may occlude
-            # every older node, which would leave the batch an island
-            if n_cand[b] > 0:
-                first = cand_i[b, 0]
-                have = False
-                for j in range(k_out):
-                    if out[j] == first:
-                        have = True
-                        break
-                if not have:
-                    if k_out < R:
-                        k_out += 1
-                    out[k_out - 1] = first
-            new_deg[b] = k_out
-            new_adj[b, :k_out] = out[:k_out]
-    # write the new nodes' out-edges
+    return order, pos, grp_start, grp_end
+
+
+@njit(nogil=True, cache=True)
+def insert_prune(
+    graph, met, nodes, cands, groups, R, alpha, two_c, mates, min_deg, lo, hi, new_adj, new_deg
+):
+    """Out-edges of ``nodes[lo:hi]``: robust pruning of each node's beam
+    candidates and batch mates (``cands = (cand_i, cand_k, n_cand, top1)`` of
+    :func:`insert_search`, ``groups`` of :func:`batch_groups`), written to rows
+    of ``new_adj``/``new_deg``."""
+    x, aux, adj, deg, flags = graph
+    cand_i, cand_k, n_cand, top1 = cands
+    order, pos, grp_start, grp_end = groups
+    L = cand_i.shape[1]
+    ci = np.empty(L + mates, dtype=np.int64)
+    ck = np.empty(L + mates, dtype=np.float64)
+    occ = np.empty(L + mates, dtype=np.int64)
+    out = np.empty(R, dtype=np.int64)
+    for b in range(lo, hi):
+        node = nodes[b]
+        m = n_cand[b]
+        for j in range(m):
+            ci[j] = cand_i[b, j]
+            ck[j] = cand_k[b, j]
+        if top1[b] >= 0:
+            g_lo = max(grp_start[b], pos[b] - mates // 2)
+            g_hi = min(grp_end[b], g_lo + mates + 1)
+            for p in range(g_lo, g_hi):
+                o = nodes[order[p]]
+                if o != node:
+                    ci[m] = o
+                    ck[m] = _sym(x, aux, node, o, met)
+                    m += 1
+        k_out = _prune(x, aux, met, node, ci, ck, m, R, alpha, two_c, out, occ, min_deg)
+        # always an edge to the nearest graph node: batch mates may occlude
+        # every older node, which would leave the batch an island
+        if n_cand[b] > 0:
+            first = cand_i[b, 0]
+            have = False
+            for j in range(k_out):
+                if out[j] == first:
+                    have = True
+                    break
+            if not have:
+                if k_out < R:
+                    k_out += 1
+                out[k_out - 1] = first
+        new_deg[b] = k_out
+        new_adj[b, :k_out] = out[:k_out]
+
+
+@njit(nogil=True, cache=True)
+def insert_write(graph, nodes, new_adj, new_deg):
+    """Write the batch's out-edges into the graph; returns the reverse edges
+    ``(targets, sources)`` for :func:`link_groups`."""
+    x, aux, adj, deg, flags = graph
+    nb_ = nodes.shape[0]
+    total = 0
     for b in range(nb_):
         node = nodes[b]
         deg[node] = new_deg[b]
         adj[node, : new_deg[b]] = new_adj[b, : new_deg[b]]
-    # reverse edges
-    total = 0
-    for b in range(nb_):
         total += new_deg[b]
     tgt = np.empty(total, dtype=np.int64)
     src = np.empty(total, dtype=np.int64)
@@ -592,17 +589,55 @@ def insert_batch(graph, met, nodes, start, L, R, alpha, two_c, visited, n_thread
     return tgt, src
 
 
-@njit(nogil=True, parallel=True, cache=True)
-def link_groups(graph, met, tgt, src, R, alpha, two_c, min_deg):
-    """Add the edges ``tgt[i] -> src[i]``, grouped by target so targets are
-    updated in parallel; a list over its slack is pruned back to ``R``.
-    Returns the hand-offs ``(r, c)``: an edge ``v -> c`` pruned because ``r``
-    (kept by ``v``) is nearer ``c`` is offered to ``r`` instead, so a node
-    pruned from a crowded hub stays reachable through the node that occluded
-    it (in a tree-like metric the hubs near the origin are everybody's nearest
-    neighbours and would otherwise drop most of their reverse edges)."""
-    x, aux, adj, deg, flags = graph
-    slack = adj.shape[1]
+def insert_batch(graph, met, nodes, start, L, R, alpha, two_c, spread, mates, min_deg):
+    """Link ``nodes`` (not yet in the graph: ``flags`` 0; the caller sets them
+    to 1 afterwards).
+
+    The nodes of a batch search the graph as it was before the batch, so they
+    cannot find each other; a batch node therefore also considers up to
+    ``mates`` nodes of the batch whose nearest graph node is the same as its own
+    (a tight cluster of near-duplicates inserted together shares it).  Without
+    that, such a cluster is linked only through reverse edges and hand-offs
+    and a later prune can leave most of it unreachable.
+
+    ``spread(n, fn)`` runs ``fn(lo, hi)`` over ``[0, n)`` in chunks, on as many
+    threads as it likes: the searches and the prunes are serial nogil kernels
+    over index ranges (numba's ``parallel=True`` made the same code 2.5 times
+    slower per node, README "The index"), and every node's result depends on
+    the graph before the batch only, so the graph is the same whatever the
+    threads.  ``adj`` has ``R + R // 2`` columns (the slack).  Returns the
+    reverse edges ``(targets, sources)`` for :func:`link_groups`."""
+    flags = graph[4]
+    nb_ = nodes.shape[0]
+    cand_i = np.full((nb_, L), -1, dtype=np.int64)
+    cand_k = np.full((nb_, L), np.inf, dtype=np.float64)
+    n_cand = np.zeros(nb_, dtype=np.int64)
+    top1 = np.full(nb_, -1, dtype=np.int64)
+
+    def search(lo, hi):
+        vis = np.zeros(len(flags), dtype=np.uint32)
+        insert_search(graph, met, nodes, start, L, vis, lo, hi, cand_i, cand_k, n_cand, top1)
+
+    spread(nb_, search)
+    groups = batch_groups(top1)
+    new_adj = np.full((nb_, R), -1, dtype=np.int64)
+    new_deg = np.zeros(nb_, dtype=np.int64)
+    cands = (cand_i, cand_k, n_cand, top1)
+
+    def prune(lo, hi):
+        args = (R, alpha, two_c, mates, min_deg, lo, hi, new_adj, new_deg)
+        insert_prune(graph, met, nodes, cands, groups, *args)
+
+    spread(nb_, prune)
+    return insert_write(graph, nodes, new_adj, new_deg)
+
+
+@njit(nogil=True, cache=True)
+def reverse_groups(tgt, slack):
+    """The reverse edges grouped by target: ``(order, starts, offs)`` --
+    ``tgt`` sorted, the ``n_groups + 1`` bounds of each target's run in that
+    order, and each group's offset in the hand-off buffers (``slack`` plus
+    its size)."""
     total = tgt.shape[0]
     order = np.argsort(tgt, kind="mergesort")
     starts = np.empty(total + 1, dtype=np.int64)
@@ -612,14 +647,22 @@ def link_groups(graph, met, tgt, src, R, alpha, two_c, min_deg):
             starts[n_groups] = p
             n_groups += 1
     starts[n_groups] = total
-    # hand-off buffers: group gi writes at offs[gi] .. offs[gi] + slack + size
     offs = np.empty(n_groups + 1, dtype=np.int64)
     offs[0] = 0
     for gi in range(n_groups):
         offs[gi + 1] = offs[gi] + slack + (starts[gi + 1] - starts[gi])
-    h_t = np.full(offs[n_groups], -1, dtype=np.int64)
-    h_s = np.full(offs[n_groups], -1, dtype=np.int64)
-    for gi in prange(n_groups):
+    return order, starts[: n_groups + 1], offs
+
+
+@njit(nogil=True, cache=True)
+def link_range(graph, met, tgt, src, groups, R, alpha, two_c, min_deg, g_lo, g_hi, h_t, h_s):
+    """Add the reverse edges of the target groups ``g_lo .. g_hi`` of
+    :func:`reverse_groups` (a list over its slack is pruned back to ``R``),
+    writing each group's hand-offs to its stretch of ``h_t``/``h_s``."""
+    x, aux, adj, deg, flags = graph
+    order, starts, offs = groups
+    slack = adj.shape[1]
+    for gi in range(g_lo, g_hi):
         a = starts[gi]
         e = starts[gi + 1]
         v = tgt[order[a]]
@@ -653,6 +696,27 @@ def link_groups(graph, met, tgt, src, R, alpha, two_c, min_deg):
                     h_t[o] = occ[j]
                     h_s[o] = cand[j]
                     o += 1
+
+
+def link_groups(graph, met, tgt, src, R, alpha, two_c, min_deg, spread):
+    """Add the edges ``tgt[i] -> src[i]``, grouped by target so targets are
+    updated in parallel (``spread`` as in :func:`insert_batch`); a list over
+    its slack is pruned back to ``R``.
+    Returns the hand-offs ``(r, c)``: an edge ``v -> c`` pruned because ``r``
+    (kept by ``v``) is nearer ``c`` is offered to ``r`` instead, so a node
+    pruned from a crowded hub stays reachable through the node that occluded
+    it (in a tree-like metric the hubs near the origin are everybody's nearest
+    neighbours and would otherwise drop most of their reverse edges)."""
+    groups = reverse_groups(tgt, graph[2].shape[1])
+    n_groups = len(groups[1]) - 1
+    h_t = np.full(int(groups[2][n_groups]), -1, dtype=np.int64)
+    h_s = np.full(len(h_t), -1, dtype=np.int64)
+    spread(
+        n_groups,
+        lambda lo, hi: link_range(
+            graph, met, tgt, src, groups, R, alpha, two_c, min_deg, lo, hi, h_t, h_s
+        ),
+    )
     keep = h_t >= 0
     return h_t[keep], h_s[keep]
 
