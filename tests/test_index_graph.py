@@ -418,3 +418,41 @@ def test_graph_and_exact_return_the_same_float64_distances():
     same = found == truth
     assert same.mean() > 0.9
     np.testing.assert_array_equal(dist[same], tdist[same])
+
+
+@pytest.mark.parametrize("space", ["poincare:24@0.5", PRODUCT])
+def test_the_rerank_bound_changes_no_answer(monkeypatch, space):
+    # the kernel skips the exact distance of candidates whose ranking key
+    # proves them farther than the k-th found: every answer must equal the
+    # one with every candidate re-ranked (fresh queries, near-duplicates of
+    # items, a wide and a narrow beam)
+    from indexing.backends import _graph_kernels
+
+    rng = np.random.default_rng(42)
+    if space == PRODUCT:
+        x, q = _product_cloud(6000, 150, seed=43)
+    else:
+        x, q = cloud(6000, 150, dim=24, seed=43, curvature=0.5)
+    near = x[:150] + 1e-7 * rng.standard_normal((150, x.shape[1]))
+    if space != PRODUCT:
+        near = x[:150] * (1 - 1e-7)  # stays inside the ball
+    # shells: 60 items around a centre at radii that differ by less than a
+    # float32 step, so the keys cannot order them and only the exact
+    # distances can: a bound that skipped any of them would change the answer
+    centres = x[rng.choice(len(x), 5, replace=False)] * 0.6
+    shells = []
+    for p in centres:
+        u = rng.standard_normal((60, x.shape[1]))
+        u /= np.linalg.norm(u, axis=1, keepdims=True)
+        shells.append(p + 1e-4 * (1 + 1e-9 * rng.random((60, 1))) * u)
+    x = np.vstack([x, *shells])
+    qq = np.vstack([q, near, centres])
+    ix = HyperbolicIndex(space=space, backend="graph")
+    ix.add(x, make_ids(len(x)))
+    assert _graph_kernels.rerank_bound(space != PRODUCT, True, 24, 0.5) is not None
+    with_bound = [ix.search(qq, k=10, ef=ef) for ef in (16, 128)]
+    monkeypatch.setattr(_graph_kernels, "rerank_bound", lambda *a: None)
+    for ef, (ids, d) in zip((16, 128), with_bound, strict=True):
+        ids0, d0 = ix.search(qq, k=10, ef=ef)
+        np.testing.assert_array_equal(ids, ids0)
+        np.testing.assert_array_equal(d, d0)

@@ -680,6 +680,12 @@ class GraphBackend(Backend):
         graph, start, met = self._graph, self._start, self._met
         # no filter and no tombstones: the beam itself is the result list
         track = allowed is not None or self._deleted > 0
+        # skip the exact distance of candidates the keys prove too far (not
+        # for deep queries, whose float64 weight is not exact enough)
+        f32 = self._dtype == np.float32
+        lb = K.rerank_bound(self._ball, f32, self.space.dim, getattr(self.space, "c", 1.0))
+        if lb is None or (self._ball and f32 and self.space.deep(q64).any()):
+            lb = (-1.0, 0.0, 1.0)
 
         def run(a: int, b: int) -> None:
             item = self._visited.take(len(self._flags))
@@ -700,6 +706,7 @@ class GraphBackend(Backend):
                     out_s[a:b],
                     out_d[a:b],
                     track,
+                    lb,
                 )
             finally:
                 self._visited.give(item)
