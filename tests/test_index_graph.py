@@ -456,3 +456,11 @@ def test_the_rerank_bound_changes_no_answer(monkeypatch, space):
         ids0, d0 = ix.search(qq, k=10, ef=ef)
         np.testing.assert_array_equal(ids, ids0)
         np.testing.assert_array_equal(d, d0)
+
+
+def test_wide_spaces_build_with_a_wider_construction_beam():
+    assert HyperbolicIndex(16, backend="graph")._backend.params["ef_construction"] == 96
+    wide = HyperbolicIndex(64, backend="graph")._backend.params["ef_construction"]
+    assert wide == graph_backend.WIDE_EF_CONSTRUCTION > 96
+    given = HyperbolicIndex(64, backend="graph", ef_construction=50)._backend.params
+    assert given["ef_construction"] == 50

@@ -65,7 +65,7 @@ proxy or the exact product distance).
 The README's ANN benchmark has the measurements behind these choices.
 
 Parameters: ``R`` (32; 48 on deep data, :data:`DEEP_DEFAULTS`),
-``ef_construction`` (96), ``alpha`` (1.0), ``ef``
+``ef_construction`` (96; 128 above 40-d, :data:`WIDE_EF_CONSTRUCTION`), ``alpha`` (1.0), ``ef``
 (``None``: calibrated to ``target_recall`` (0.99, recall@10) on the data;
 :func:`default_ef` of the dimension and depth before a calibration), ``n_entries`` (256),
 ``max_batch`` (4096), ``handoffs`` (3), ``mates`` (32), ``min_degree`` (8; 16
@@ -116,6 +116,12 @@ AUTO_DEEP_SHARE = 0.01
 #: and a minimum degree of 16 took recall@10 at ef 96 from 0.962 to 0.992 and
 #: the build from 79 s to 12 s (a near-tree graph makes every beam long)
 DEEP_DEFAULTS: dict[str, int] = {"R": 48, "min_degree": 16}
+#: above this dimension ``ef_construction`` defaults to
+#: :data:`WIDE_EF_CONSTRUCTION`: on the 200,000 x 64-d cloud 96 built a graph
+#: that needed a beam of 192-320 for recall@10 0.99, 128 one that needed 96
+#: (8,700 queries/s instead of about 3,000; build 21 s, 22 s before)
+WIDE_DIM = 40
+WIDE_EF_CONSTRUCTION = 128
 _INT_PARAMS = ("R", "ef_construction", "max_batch", "n_entries")
 #: the beam widths the calibration tries, smallest first; none below 16: on a
 #: 5,000-point cloud a width of 8 passed the calibration yet missed 4 of 50
@@ -258,6 +264,8 @@ class GraphBackend(Backend):
         super().__init__(space)
         self._p = _check_params(space, params)
         self._given = set(params)
+        if "ef_construction" not in self._given and space.dim > WIDE_DIM:
+            self._p["ef_construction"] = WIDE_EF_CONSTRUCTION
         self._ball = isinstance(space, PoincareIndexSpace)
         K = _kernels()
         self._table = space.kernel_table()
