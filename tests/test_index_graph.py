@@ -314,8 +314,10 @@ def test_precision_auto_follows_the_depth_of_the_data():
             assert backend._dtype == np.float64 and not backend._deep
             # deep data: the wider graph of DEEP_DEFAULTS
             assert backend.params["R"] == 48 and backend.params["min_degree"] == 16
+            assert backend.params["ef_construction"] == 96  # not the narrow 16-d one
         else:
             assert backend._dtype == np.float32 and backend._deep  # scanned exactly
+            assert backend.params["ef_construction"] == graph_backend.NARROW_EF_CONSTRUCTION
         results[precision] = g.search(q, k=10)
     order, bf = brute_force(deep, q, 10)
     truth = np.array(make_ids(len(deep)))[order]
@@ -458,8 +460,12 @@ def test_the_rerank_bound_changes_no_answer(monkeypatch, space):
         np.testing.assert_array_equal(d, d0)
 
 
-def test_wide_spaces_build_with_a_wider_construction_beam():
-    assert HyperbolicIndex(16, backend="graph")._backend.params["ef_construction"] == 96
+def test_the_construction_beam_follows_the_dimension():
+    narrow = HyperbolicIndex(16, backend="graph")._backend.params["ef_construction"]
+    assert narrow == graph_backend.NARROW_EF_CONSTRUCTION < 96
+    assert HyperbolicIndex(32, backend="graph")._backend.params["ef_construction"] == 96
+    product = HyperbolicIndex(space=PRODUCT, backend="graph")._backend.params
+    assert product["ef_construction"] == 96
     wide = HyperbolicIndex(64, backend="graph")._backend.params["ef_construction"]
     assert wide == graph_backend.WIDE_EF_CONSTRUCTION > 96
     given = HyperbolicIndex(64, backend="graph", ef_construction=50)._backend.params

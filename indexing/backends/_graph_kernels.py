@@ -329,6 +329,7 @@ def _beam(graph, met, ok, q, qa, start, L, R_out, visited, stamp, bufs, track):
     x, aux, adj, deg, flags = graph
     entries, ex, eaux = start
     beam_i, beam_k, expd, res_i, res_k = bufs
+    fresh = np.empty(adj.shape[1], dtype=np.int64)
     n_beam = 0
     n_res = 0
     for j in range(entries.shape[0]):
@@ -352,19 +353,22 @@ def _beam(graph, met, ok, q, qa, start, L, R_out, visited, stamp, bufs, track):
         expd[p] = True
         node = beam_i[p]
         nxt = n_beam  # the smallest position changed by this expansion
-        dn = deg[node]
-        # issue the loads of every neighbour's row first (their misses overlap)
-        for j in range(dn):
-            nb = adj[node, j]
-            _prefetch_row(x, nb)
-            _prefetch(aux, nb, 0)
-        for j in range(dn):
+        # the neighbours not seen yet, their rows' loads issued before any
+        # is used (their misses overlap; hnswlib's _mm_prefetch)
+        n_fresh = 0
+        for j in range(deg[node]):
             nb = adj[node, j]
             if visited[nb] == stamp:
                 continue
             visited[nb] = stamp
             if flags[nb] == 0:
                 continue
+            fresh[n_fresh] = nb
+            n_fresh += 1
+            _prefetch_row(x, nb)
+            _prefetch(aux, nb, 0)
+        for j in range(n_fresh):
+            nb = fresh[j]
             kk = _key(x, aux, nb, q, qa, met)
             if n_beam < L or kk < beam_k[n_beam - 1]:
                 n_beam, pos = _into_beam(beam_i, beam_k, expd, n_beam, L, kk, nb)

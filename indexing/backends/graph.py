@@ -34,7 +34,7 @@ nodes, in compiled kernels that release the GIL (:mod:`._graph_kernels`, numba):
   are renumbered in breadth-first order from the entry points, so a node's
   neighbours lie near it in memory (node <-> slot maps: slots, hence ids,
   never move; the maps go into snapshots);
-* a search is a beam search of width ``max(ef, 2k)``, and the best
+* a search is a beam search of width ``max(ef, k)``, and the best
   ``max(4k, k + 32)`` returnable nodes it visits are re-ranked by the exact
   float64 distance of :mod:`models.geometry.kernels` and merged into the top
   ``k`` in the same compiled call (no per-query Python); those distances are
@@ -65,7 +65,8 @@ proxy or the exact product distance).
 The README's ANN benchmark has the measurements behind these choices.
 
 Parameters: ``R`` (32; 48 on deep data, :data:`DEEP_DEFAULTS`),
-``ef_construction`` (96; 128 above 40-d, :data:`WIDE_EF_CONSTRUCTION`), ``alpha`` (1.0), ``ef``
+``ef_construction`` (:func:`construction_default`: 48 up to 20-d in the
+ball, 128 above 40-d, else 96), ``alpha`` (1.0), ``ef``
 (``None``: calibrated to ``target_recall`` (0.99, recall@10) on the data;
 :func:`default_ef` of the dimension and depth before a calibration), ``n_entries`` (256),
 ``max_batch`` (4096), ``handoffs`` (3), ``mates`` (32), ``min_degree`` (8; 16
@@ -115,13 +116,18 @@ AUTO_DEEP_SHARE = 0.01
 #: data (unless given): on the WordNet noun embeddings (30,000 x 10-d) R = 48
 #: and a minimum degree of 16 took recall@10 at ef 96 from 0.962 to 0.992 and
 #: the build from 79 s to 12 s (a near-tree graph makes every beam long)
-DEEP_DEFAULTS: dict[str, int] = {"R": 48, "min_degree": 16}
-#: above this dimension ``ef_construction`` defaults to
-#: :data:`WIDE_EF_CONSTRUCTION`: on the 200,000 x 64-d cloud 96 built a graph
-#: that needed a beam of 192-320 for recall@10 0.99, 128 one that needed 96
-#: (8,700 queries/s instead of about 3,000; build 21 s, 22 s before)
-WIDE_DIM = 40
-WIDE_EF_CONSTRUCTION = 128
+DEEP_DEFAULTS: dict[str, int] = {"R": 48, "min_degree": 16, "ef_construction": 96}
+#: ``ef_construction`` by dimension (:func:`construction_default`): up to
+#: ``NARROW_DIM`` in the ball :data:`NARROW_EF_CONSTRUCTION` (the 200,000 x
+#: 16-d cloud: built in 7.3 s instead of 11.8 s, recall@10 0.9943 at ef 48
+#: where 96 gave 0.9915 at ef 32 and 0.9966 at 48), above ``WIDE_DIM``
+#: :data:`WIDE_EF_CONSTRUCTION` (the 64-d cloud: 96 built a graph that
+#: needed a beam of 192-320 for 0.99, 128 one that needs 96-128: 8,700
+#: queries/s instead of about 3,000, built in about the same time), 96
+#: between, on products and on deep data (the noun embeddings lost recall
+#: with 48: 0.986 at ef 512; :data:`DEEP_DEFAULTS`)
+NARROW_DIM, WIDE_DIM = 20, 40
+NARROW_EF_CONSTRUCTION, WIDE_EF_CONSTRUCTION = 48, 128
 _INT_PARAMS = ("R", "ef_construction", "max_batch", "n_entries")
 #: the beam widths the calibration tries, smallest first; none below 16: on a
 #: 5,000-point cloud a width of 8 passed the calibration yet missed 4 of 50
@@ -187,6 +193,16 @@ def default_ef(dim: int, n: int, *, deep: bool = False, product: bool = False) -
     if big:
         return 256
     return 192 if n > 100_000 else 128  # 64-d cloud at 200,000: 0.9861 at 128, 0.9901 at 192
+
+
+def construction_default(dim: int, *, product: bool = False) -> int:
+    """The ``ef_construction`` a graph of dimension ``dim`` builds with unless
+    given (see :data:`NARROW_EF_CONSTRUCTION`; deep data: :data:`DEEP_DEFAULTS`)."""
+    if dim > WIDE_DIM:
+        return WIDE_EF_CONSTRUCTION
+    if dim <= NARROW_DIM and not product:
+        return NARROW_EF_CONSTRUCTION
+    return _DEFAULTS["ef_construction"]
 
 
 def _kernels():
@@ -264,9 +280,9 @@ class GraphBackend(Backend):
         super().__init__(space)
         self._p = _check_params(space, params)
         self._given = set(params)
-        if "ef_construction" not in self._given and space.dim > WIDE_DIM:
-            self._p["ef_construction"] = WIDE_EF_CONSTRUCTION
         self._ball = isinstance(space, PoincareIndexSpace)
+        if "ef_construction" not in self._given:
+            self._p["ef_construction"] = construction_default(space.dim, product=not self._ball)
         K = _kernels()
         self._table = space.kernel_table()
         self._met = K.metric(self._ball, self._table)
@@ -305,9 +321,10 @@ class GraphBackend(Backend):
     def _tune_for_depth(self) -> None:
         """:data:`DEEP_DEFAULTS` on deep data, the plain defaults otherwise (the
         parameters given to the constructor stay as given)."""
+        plain = {"ef_construction": construction_default(self.space.dim, product=not self._ball)}
         for key, value in DEEP_DEFAULTS.items():
             if key not in self._given:
-                self._p[key] = value if self._deep_tuned() else _DEFAULTS[key]
+                self._p[key] = value if self._deep_tuned() else plain.get(key, _DEFAULTS[key])
 
     # -- state ------------------------------------------------------------------------
     def _reset(self, capacity: int) -> None:
@@ -668,7 +685,7 @@ class GraphBackend(Backend):
     def _graph_search(self, table, queries, k, n_graph, allowed, ef):
         K = _kernels()
         keep = n_candidates(k, n_graph)
-        width = max(self.ef if ef is None else int(ef), 2 * k)
+        width = max(self.ef if ef is None else int(ef), k)
         if allowed is not None:
             ok = np.zeros(len(self._flags), dtype=np.bool_)
             ok[self._s2n[allowed]] = True
