@@ -132,28 +132,40 @@ _arcosh1p = njit(inline="always")(arcosh1p)
 _FAST = {"fastmath": True}
 
 
+def _sqdist(a, i, b, j):
+    """``|a_i - b_j|^2`` from the coordinate differences, summed in the
+    coordinates' dtype (float32 rows: float32 sums, within the re-rank bound of
+    :func:`rerank_bound`), returned as float64.  (Compiled code only.)"""
+    raise NotImplementedError
+
+
+@overload(_sqdist, jit_options=_FAST, inline="always")
+def _sqdist_impl(a, i, b, j):
+    if a.dtype == types.float32:
+
+        def f32(a, i, b, j):
+            s = np.float32(0.0)
+            for t in range(a.shape[1]):
+                d = a[i, t] - b[j, t]
+                s += d * d
+            return np.float64(s)
+
+        return f32
+
+    def f64(a, i, b, j):
+        s = 0.0
+        for t in range(a.shape[1]):
+            d = a[i, t] - b[j, t]
+            s += d * d
+        return s
+
+    return f64
+
+
 @overload(_key, jit_options=_FAST)
 def _key_impl(x, aux, i, q, qa, met):
     if _is_ball(met):
-        if x.dtype == types.float32:
-
-            def ball32(x, aux, i, q, qa, met):
-                s = np.float32(0.0)
-                for t in range(x.shape[1]):
-                    d = x[i, t] - q[0, t]
-                    s += d * d
-                return np.float64(s) * aux[i, 0]
-
-            return ball32
-
-        def ball(x, aux, i, q, qa, met):
-            s = 0.0
-            for t in range(x.shape[1]):
-                d = x[i, t] - q[0, t]
-                s += d * d
-            return s * aux[i, 0]
-
-        return ball
+        return lambda x, aux, i, q, qa, met: _sqdist(x, i, q, 0) * aux[i, 0]
 
     def product(x, aux, i, q, qa, met):
         return _exact_dist(x, i, aux, q, 0, qa, met[1], met[2], met[3])
@@ -164,25 +176,7 @@ def _key_impl(x, aux, i, q, qa, met):
 @overload(_sym, jit_options=_FAST)
 def _sym_impl(x, aux, i, j, met):
     if _is_ball(met):
-        if x.dtype == types.float32:
-
-            def ball32(x, aux, i, j, met):
-                s = np.float32(0.0)
-                for t in range(x.shape[1]):
-                    d = x[i, t] - x[j, t]
-                    s += d * d
-                return np.float64(s) * aux[i, 0] * aux[j, 0]
-
-            return ball32
-
-        def ball(x, aux, i, j, met):
-            s = 0.0
-            for t in range(x.shape[1]):
-                d = x[i, t] - x[j, t]
-                s += d * d
-            return s * aux[i, 0] * aux[j, 0]
-
-        return ball
+        return lambda x, aux, i, j, met: _sqdist(x, i, x, j) * aux[i, 0] * aux[j, 0]
 
     def product(x, aux, i, j, met):
         return _exact_dist(x, i, aux, x, j, aux, met[1], met[2], met[3])
@@ -547,8 +541,7 @@ def insert_search(graph, met, nodes, start, L, visited, lo, hi, cand_i, cand_k, 
     """Beam searches of ``nodes[lo:hi]`` over the graph as it is: each node's
     candidates (the live nodes of its final beam, symmetric keys) go to row
     ``b`` of ``cand_i``/``cand_k``/``n_cand``, its nearest graph node to
-    ``top1[b]``.  ``visited`` is this call's own zeroed stamp buffer (zeroed
-    again on return)."""
+    ``top1[b]``.  ``visited`` is this call's own zeroed stamp buffer."""
     x, aux, adj, deg, flags = graph
     bufs = _beam_buffers(L, L)
     beam_i, beam_k = bufs[0], bufs[1]
@@ -582,7 +575,6 @@ def insert_search(graph, met, nodes, start, L, visited, lo, hi, cand_i, cand_k, 
             m += 1
         n_cand[b] = m
         top1[b] = beam_i[0] if n_beam > 0 else -1
-    visited[:] = 0
 
 
 @njit(nogil=True, cache=True)
