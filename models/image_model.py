@@ -68,6 +68,9 @@ class ImageModel:
         self.metrics = dict(metrics or {})
         # models.novelty.FeatureNovelty of the encoder features (its threshold in config)
         self.novelty = None
+        # (weight (K, F), bias (K,)): the linear classifier over the trained classes on the
+        # encoder features that training kept for the placement's posterior, or None
+        self.classifier = None
         self.version = ""
 
     # ---------------------------------------------------------------- properties
@@ -138,6 +141,7 @@ class ImageModel:
                 prototypes=self.head_prototypes(),
                 unseen=self.unseen_classes,
                 feature_novelty=self.novelty,
+                classifier=self.classifier,
             )
         return self._placement
 
@@ -254,6 +258,9 @@ class ImageModel:
         tensors |= {f"labels.{k}": v for k, v in lt.items()}
         if self.novelty is not None:
             tensors |= {f"novelty.{k}": v for k, v in self.novelty.tensors().items()}
+        if self.classifier is not None:
+            w, b = self.classifier
+            tensors |= {"classifier.weight": w.detach(), "classifier.bias": b.detach()}
         meta = {
             "encoder": dataclasses.asdict(self.encoder_cfg),
             "head": dataclasses.asdict(self.head_cfg),
@@ -329,6 +336,8 @@ class ImageModel:
                 )
             except ValueError as e:
                 raise CheckpointError(f"{where}: {e}") from None
+        if "classifier.weight" in tensors and "classifier.bias" in tensors:
+            model.classifier = (tensors["classifier.weight"], tensors["classifier.bias"])
         model.encoder = model.encoder.to(memory_format=torch.channels_last)
         model.encoder.eval()
         model.head.eval()

@@ -113,15 +113,18 @@ def backoff_choice(
     *,
     tau: float = 1.0,
     threshold: float = 0.5,
+    post: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Index of the chosen candidate per row (the rule of the module docstring).
 
     ``d_seen`` (b, K) distances to the trained classes' points, ``d_cand``
-    (b, C) to the candidates', ``member`` (C, K), ``depth`` (C,). When no
-    candidate has the mass (its classes' common ancestor is not a candidate),
-    the nearest candidate.
+    (b, C) to the candidates', ``member`` (C, K), ``depth`` (C,); ``post`` (b, K)
+    the posterior over the trained classes, default the softmax of ``-d_seen /
+    tau``. When no candidate has the mass (its classes' common ancestor is not a
+    candidate), the nearest candidate.
     """
-    post = torch.softmax(-d_seen / tau, dim=1)
+    if post is None:
+        post = torch.softmax(-d_seen / tau, dim=1)
     mass = post @ member.T  # (b, C)
     size = member.sum(1)
     ok = (mass >= threshold) & (size > 0)
@@ -143,6 +146,10 @@ class ConePlacement:
     points): where the head gathers each node's images (a model trained with
     scaled prototypes, :attr:`models.heads.Space.scale`): the posterior and the
     carry measure from them, the cones and anchors stay the label points'.
+    ``classifier``: ``(weight (K, F), bias (K,))`` of a linear classifier over
+    the trained classes on the encoder's features (the auxiliary classifier of
+    training, kept in the model): given features, the posterior is its softmax
+    instead of the distances' (:meth:`posterior`).
     """
 
     def __init__(
@@ -154,6 +161,7 @@ class ConePlacement:
         prototypes: torch.Tensor | None = None,
         unseen: list[str] | None = None,
         feature_novelty=None,
+        classifier: tuple[torch.Tensor, torch.Tensor] | None = None,
     ):
         self.cfg = cfg or PlacementConfig()
         self.cfg.validate()
@@ -201,6 +209,15 @@ class ConePlacement:
             else torch.zeros(0, len(seen), dtype=torch.float64)
         )
         self.feature_novelty = feature_novelty
+        self.classifier = None
+        if classifier is not None:
+            w, b = (t.detach().to(torch.float64) for t in classifier)
+            if w.dim() != 2 or w.shape[0] != len(seen) or b.shape != (len(seen),):
+                raise ValueError(
+                    f"placement classifier: weight {tuple(w.shape)} and bias {tuple(b.shape)} "
+                    f"do not fit {len(seen)} trained classes"
+                )
+            self.classifier = (w, b)
         self.seen = list(seen)
         self.seen_rows = torch.tensor([row[n] for n in seen], dtype=torch.int64)
         radii = radii or {}
@@ -225,6 +242,17 @@ class ConePlacement:
                 up[j] = ps[int(np.argmax(m))]
         return up
 
+    def posterior(
+        self, d_seen: torch.Tensor, features: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The posterior over the trained classes (n, K): the softmax of the
+        classifier's logits on the encoder ``features`` where the placement has a
+        classifier and features are given, else of ``-d_seen / tau``."""
+        if self.classifier is not None and features is not None:
+            w, b = self.classifier
+            return torch.softmax(features.to(torch.float64) @ w.T + b, dim=1)
+        return torch.softmax(-d_seen / self.cfg.tau, dim=1)
+
     def choose(self, z: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
         """Row of :attr:`names` each point belongs to, (n,) int64."""
         return self.decide(z, features)[0]
@@ -244,10 +272,10 @@ class ConePlacement:
         cfg = self.cfg
         d_seen = poincare.pairwise_dist(z, self.seen_protos, c=self.c)
         d_cand = poincare.pairwise_dist(z, self.protos, c=self.c)
+        post = self.posterior(d_seen, features)
         rows = backoff_choice(
-            d_seen, d_cand, self.member, self.depth, tau=cfg.tau, threshold=cfg.threshold
+            d_seen, d_cand, self.member, self.depth, threshold=cfg.threshold, post=post
         )
-        post = torch.softmax(-d_seen / cfg.tau, dim=1)
         two = post.topk(min(2, post.shape[1]), dim=1)
         gap = two.values[:, 0] - (two.values[:, 1] if post.shape[1] > 1 else 0.0)
         top = two.indices[:, 0]
@@ -329,8 +357,10 @@ def calibrate(
     in_class: float = 0.9,
     other: float = 0.05,
     quantile: float = 0.99,
+    features: torch.Tensor | None = None,
 ) -> dict[str, object]:
-    """Back-off settings from validation points (head outputs ``z``, their classes).
+    """Back-off settings from validation points (head outputs ``z``, their classes;
+    ``features``: their encoder features, for a placement with a classifier).
 
     * ``radii``: per trained class, the ``quantile`` of its validation images'
       distances to its label point (the novelty rule backs off an image farther
@@ -375,7 +405,7 @@ def calibrate(
         )
         for g in [i / 20 for i in range(20)]:
             placement.cfg = replace(saved[0], confidence=g, novelty=1.0)
-            rows = placement.choose(z)
+            rows = placement.choose(z, features)
             ok = float((rows == placement.seen_rows[tgt]).double().mean())
             bad = float(wrong[rows, tgt].double().mean())
             grid.append((g, ok, bad))

@@ -342,13 +342,18 @@ def validate(model: Model, prep: Prepared, amp: bool, batch_size: int = 1024) ->
     pixels, targets = prep.val_pixels, prep.val_targets
     if len(pixels) == 0:
         return {}
-    z = val_points(model, prep, amp, batch_size)
+    f = split_features(model, prep, pixels, amp, batch_size)
+    model.train(False)
+    z = model.head(f)
     out = {}
     space = model.space
     if model.protos is not None and (targets >= 0).any():
         pred = space.pairwise(z, model.protos.classes).argmin(1)
         ok = targets >= 0
         out["val_acc"] = float((pred[ok] == targets[ok]).double().mean())
+        if isinstance(model.aux, nn.Linear):  # the auxiliary classifier's accuracy
+            pred = model.aux(f).argmax(1)
+            out["val_aux_acc"] = float((pred[ok] == targets[ok]).double().mean())
     elif (targets >= 0).sum() > 1:
         d = space.pairwise(z, z)
         d.fill_diagonal_(float("inf"))
@@ -431,7 +436,10 @@ def calibrate_placement(out: ImageModel, model: Model, prep: Prepared, amp: bool
     ok = prep.val_targets >= 0
     if not bool(ok.any()):
         return
-    z = val_points(model, prep, amp)[ok].double()
+    # float32 features, as ImageModel.embed computes them (no bfloat16 autocast)
+    f = split_features(model, prep, prep.val_pixels[ok], False)
+    with torch.no_grad():
+        z = model.head(f).double()
     seen = [prep.classes[i][1] for i in prep.seen]
     classes = [seen[t] for t in prep.val_targets[ok].tolist()]
     pl = ConePlacement(
@@ -439,8 +447,9 @@ def calibrate_placement(out: ImageModel, model: Model, prep: Prepared, amp: bool
         seen,
         PlacementConfig(tau=out.config.get("tau", 1.0)),
         prototypes=out.head_prototypes(),
+        classifier=out.classifier,
     )
-    got = calibrate(pl, z, classes)
+    got = calibrate(pl, z, classes, features=f)
     out.config |= {
         "placement_confidence": got["confidence"],
         "placement_novelty": 1.0,
@@ -704,6 +713,11 @@ def _train(cfg, labels, progress, checkpoint_path, resume, data, max_seconds) ->
         metrics["loss"] = history[-1]["loss"]
         metrics |= {k: v for k, v in history[-1].items() if k.startswith("val_")}
     out = image_model(metrics)
+    if cfg.placement == "cones" and cfg.placement_posterior == "classifier":
+        if isinstance(model.aux, nn.Linear):  # kept for the placement's posterior
+            out.classifier = (model.aux.weight.detach().clone(), model.aux.bias.detach().clone())
+        else:  # no linear auxiliary classifier (--aux 0, --classifier hmlr): the distances
+            out.config["placement_posterior"] = "distance"
     if cfg.placement == "cones":
         calibrate_placement(out, model, prep, step.amp)
         fit_novelty(out, model, prep, cfg)

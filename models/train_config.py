@@ -74,6 +74,9 @@ class TrainConfig:
     placement: str | None = None  # "cones": embed moves each image inside the cone of its node
     # (models.placement: its class, or the common ancestor of the classes it hesitates between);
     # None: "cones" for the prototype loss on the ball with cap-family labels, else "none"
+    placement_posterior: str = "classifier"  # with placement: what picks an image's node,
+    # "classifier" (the auxiliary linear classifier on the encoder's features, kept in the
+    # model) or "distance" (the softmax of -d(z, prototype)/tau of the head's output)
     novelty_rate: float | None = None  # with placement: the share of validation images of
     # trained classes the feature novelty rule (models.novelty) calls novel; a novel image
     # goes to a held-out class's cone (or its class's parent); None: the share of the data's
@@ -209,6 +212,10 @@ class TrainConfig:
             raise TrainError(f"hop power must be positive, got {self.hop_power}")
         if self.placement not in (None, "none", "cones"):
             raise TrainError(f"unknown placement {self.placement!r} (none or cones)")
+        if self.placement_posterior not in ("classifier", "distance"):
+            raise TrainError(
+                f"unknown placement posterior {self.placement_posterior!r} (classifier or distance)"
+            )
         if self.novelty_rate is not None and not (0 <= self.novelty_rate < 1):
             raise TrainError(f"novelty rate must be in [0, 1), got {self.novelty_rate}")
         for name in ("lr", "tau", "margin"):

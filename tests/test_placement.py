@@ -110,6 +110,33 @@ def test_backoff_choice_confident_and_hesitant():
     assert [cand[i] for i in got.tolist()] == ["puppy", "animal"]
 
 
+def test_classifier_posterior_picks_the_node_from_the_features():
+    """With a classifier the posterior is the softmax of its logits on the features: a
+    point at puppy's label point whose features say kitten goes to kitten; without
+    features (or without a classifier) the distances decide. A classifier that does not
+    fit the trained classes is refused."""
+    tax = hand_tree()
+    labels = cap_labels(tax, dim=4)
+    seen = ["puppy", "kitten", "bird"]
+    w, b = 8.0 * torch.eye(3, dtype=torch.float32), torch.zeros(3)
+    pl = ConePlacement(labels, seen, classifier=(w, b))
+    z = labels.embeddings[[tax.index("puppy")] * 3]
+    feats = torch.eye(3)[[1, 0, 2]]  # kitten, puppy, bird
+    assert [pl.names[r] for r in pl.choose(z, feats).tolist()] == ["kitten", "puppy", "bird"]
+    assert [pl.names[r] for r in pl.choose(z).tolist()] == ["puppy"] * 3
+    want = torch.softmax(feats.double() @ w.double().T, dim=1)
+    torch.testing.assert_close(pl.posterior(torch.zeros(3, 3), feats), want)
+    # hesitant features (kitten and puppy alike): the mass rule's common ancestor, animal
+    hesitant = torch.tensor([[1.0, 1.0, 0.0]])
+    assert pl.names[int(pl.choose(z[:1], hesitant)[0])] == "animal"
+    x, names = pl.place(z, feats)
+    Pn = labels.embeddings.numpy()
+    for xi, name in zip(x.numpy(), names, strict=True):
+        assert float(cones.membership_margin_np(Pn[tax.index(name)], xi, CAP, c=1.0)) >= 0
+    with pytest.raises(ValueError, match="do not fit 3 trained classes"):
+        ConePlacement(labels, seen, classifier=(torch.zeros(2, 3), torch.zeros(2)))
+
+
 def test_placement_refuses_ganea_labels():
     labels = cap_labels(hand_tree())
     labels.cone = cones.cone_spec("ganea", K=0.1)
@@ -151,6 +178,11 @@ def test_trained_model_with_placement_lands_inside_class_cones(fm_cap, tmp_path)
     assert 0 <= model.config["placement_confidence"] <= 1
     assert model.placement.cfg.novelty == 1.0 and torch.isfinite(model.placement.radius).all()
     assert set(model.metrics["placement"]) == {"confidence", "val_in_class", "val_other"}
+    # the auxiliary classifier is kept for the posterior (the default)
+    assert model.config["placement_posterior"] == "classifier"
+    w, b = model.classifier
+    assert w.shape == (len(model.seen_classes), model.encoder.out_features)
+    assert model.placement.classifier is not None
     placed = _in_class_share(model, labels, test)
     model.config["placement"] = "none"
     model._placement = None
@@ -162,7 +194,18 @@ def test_trained_model_with_placement_lands_inside_class_cones(fm_cap, tmp_path)
     model.save(path)
     again = load_model(path)
     assert again.placement is not None
+    assert torch.equal(again.classifier[0], w) and torch.equal(again.classifier[1], b)
     assert torch.equal(again.embed(test.images[:50]), model.embed(test.images[:50]))
+
+
+def test_placement_posterior_distance_keeps_no_classifier(fm_cap):  # noqa: F811
+    labels, data, test = fm_cap
+    model = _tiny(labels, data, placement="cones", placement_posterior="distance", epochs=1)
+    assert model.classifier is None and model.placement.classifier is None
+    assert model.config["placement_posterior"] == "distance"
+    # without the auxiliary classifier there is nothing to keep: the distances decide
+    model = _tiny(labels, data, placement="cones", aux=0.0, epochs=1)
+    assert model.classifier is None and model.config["placement_posterior"] == "distance"
 
 
 def test_placement_needs_cap_labels_at_train_time(fm_cap):  # noqa: F811

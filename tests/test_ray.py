@@ -167,6 +167,10 @@ def ray_cluster(tmp_path_factory):
             "namespace with just lo (make test makes one when run as root)"
         )
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    # Serve kills a proxy whose readiness check times out (5 s by default): on a loaded
+    # 2-core machine the proxy of a starting `hypsearch serve --ray` took longer (the
+    # cluster's processes inherit this environment)
+    os.environ.setdefault("RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S", "60")
     temp = f"/tmp/hsray-{os.getpid()}"  # short: Ray's socket paths have a length limit
     ray.init(
         num_cpus=2,

@@ -57,6 +57,7 @@ _TRAIN_FIELDS = (
     "hop_weight",
     "hop_power",
     "placement",
+    "placement_posterior",
     "novelty_rate",
     "unfreeze",
 )
@@ -300,6 +301,14 @@ def add_commands(sub) -> None:
         help="cones: each embedded image is moved inside the entailment cone of its class (or "
         "of the common ancestor of the classes it hesitates between); needs cap-family labels "
         "(the default with them, for the prototype loss on the ball); none: the head's output",
+    )
+    tn.add_argument(
+        "--placement-posterior",
+        choices=["classifier", "distance"],
+        default=None,
+        help="with cone placement: what picks each image's node, the auxiliary linear "
+        "classifier on the encoder's features, kept in the model (default), or the softmax "
+        "of the head output's distances to the prototypes",
     )
     tn.add_argument(
         "--novelty-rate",
