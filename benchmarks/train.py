@@ -236,6 +236,20 @@ _SEED_NAMES = {
 }
 
 
+def head_output_of(placed: Path, out: Path, env: dict) -> None:
+    """``out``: the weights of the model ``placed`` (trained with the cone placement) with
+    the placement off, i.e. what ``hypsearch train --placement none`` with the same seed
+    trains (the placement is applied after training, to the outputs only), without
+    training it again (a third fewer runs)."""
+    code = (
+        "import sys; from models.image_model import ImageModel\n"
+        "m = ImageModel.load(sys.argv[1]); m.config['placement'] = 'none'\n"
+        "m.classifier = None; m.novelty = None; m.save(sys.argv[2])"
+    )
+    cmd = [sys.executable, "-c", code, str(placed), str(out)]
+    subprocess.run(cmd, cwd=ROOT, env=env, check=True)
+
+
 def run_seeds(args, labels: Path, env: dict) -> int:
     """``--seeds``: the default and its twin again at other seeds, beside seed 0's models of
     a plain run in the same ``--out-dir``; writes the seeds table."""
@@ -247,7 +261,7 @@ def run_seeds(args, labels: Path, env: dict) -> int:
         "placed": ["--placement", "cones"],  # the default with the default's cap labels
         "euclidean": ["--geometry", "euclidean"],
     }
-    jobs = [(name, s) for s in seeds for name in flags]
+    jobs = [(name, s) for s in seeds for name in flags if name != "hyperbolic"]
 
     def path(name: str, seed: int) -> Path:
         return args.out_dir / (name if seed == 0 else f"{name}-s{seed}")
@@ -258,6 +272,12 @@ def run_seeds(args, labels: Path, env: dict) -> int:
         info_path = base.with_suffix(".train.json")
         if (args.reuse or seed == 0) and info_path.exists():
             return json.loads(info_path.read_text())
+        if name == "hyperbolic":  # the placed model's weights (trained first), placement off
+            placed = path("placed", seed)
+            head_output_of(Path(f"{placed}.safetensors"), Path(f"{base}.safetensors"), env)
+            info = json.loads(placed.with_suffix(".train.json").read_text())
+            info_path.write_text(json.dumps(info | {"weights_of": placed.name}, indent=1))
+            return info
         extra = [*flags[name], "--seed", str(seed), "--quiet"]
         info, wall = _run(_train_cmd(labels, Path(f"{base}.safetensors"), 1, *extra), env)
         info["wall_seconds"] = wall
@@ -274,9 +294,14 @@ def run_seeds(args, labels: Path, env: dict) -> int:
         ev_path.write_text(json.dumps(ev, indent=1))
         return ev
 
-    all_jobs = [(name, 0) for name in flags] + jobs if 0 not in seeds else jobs
+    trained = [name for name in flags if name != "hyperbolic"]
+    all_jobs = [(name, 0) for name in trained] + jobs if 0 not in seeds else jobs
     with ThreadPoolExecutor(max(1, args.jobs)) as pool:
         infos = dict(zip(all_jobs, pool.map(train_one, all_jobs), strict=True))
+    heads = [("hyperbolic", s) for _, s in all_jobs if _ == "placed"]
+    infos |= {job: train_one(job) for job in heads}  # after their placed models
+    all_jobs += heads
+    with ThreadPoolExecutor(max(1, args.jobs)) as pool:
         evals = dict(zip(all_jobs, pool.map(eval_one, all_jobs), strict=True))
     used = sorted({s for _, s in all_jobs})
     by = {name: [evals[(name, s)] for s in used] for name in flags}
@@ -580,7 +605,7 @@ def main(argv=None) -> int:
     if args.seeds:
         return run_seeds(args, labels, env)
     runs = {
-        "hyperbolic": ["--placement", "none"],  # the head's own outputs
+        "hyperbolic": [],  # the head's own outputs: the placed model's weights (head_output_of)
         "euclidean": ["--geometry", "euclidean"],
         "zero_shot": ["--holdout", HOLDOUT, "--placement", "none"],  # as measured (README)
         "placed": ["--placement", "cones"],  # the default with the default's cap labels
@@ -593,6 +618,11 @@ def main(argv=None) -> int:
         info_path = args.out_dir / f"{name}.train.json"
         if args.reuse and model.exists() and info_path.exists():
             return json.loads(info_path.read_text())
+        if name == "hyperbolic":  # the placed model's weights (trained first), placement off
+            head_output_of(args.out_dir / "placed.safetensors", model, env)
+            info = json.loads((args.out_dir / "placed.train.json").read_text())
+            info_path.write_text(json.dumps(info | {"weights_of": "placed"}, indent=1))
+            return info
         info, wall = _run(_train_cmd(labels, model, args.threads, *quiet, *runs[name]), env)
         info["wall_seconds"] = wall
         info_path.write_text(json.dumps(info, indent=1))
@@ -621,8 +651,10 @@ def main(argv=None) -> int:
 
     from concurrent.futures import ThreadPoolExecutor
 
+    trained = [name for name in runs if name != "hyperbolic"]
     with ThreadPoolExecutor(max(1, args.jobs)) as pool:
-        infos = dict(zip(runs, pool.map(train_one, runs), strict=True))
+        infos = dict(zip(trained, pool.map(train_one, trained), strict=True))
+        infos["hyperbolic"] = train_one("hyperbolic")  # after the placed model
         evals = dict(zip(runs, pool.map(eval_one, runs), strict=True))
     for name in runs:
         res[name] = {"train": infos[name], "eval": evals[name]}

@@ -722,8 +722,10 @@ def random_grayscale(
 class Augment:
     """A training view: pixels in [0, 1] (n, C, S, S) -> augmented pixels, same shape.
 
-    ``strength`` "shift" (translations by up to 2 pixels with a black fill, and
-    flips: the standard augmentation of small images), "light" (mild resized
+    ``strength`` "flip" (horizontal flips only: with the flip average of
+    :meth:`ImageModel.features <models.image_model.ImageModel.features>` the
+    default of training from scratch), "shift" (translations by up to 2 pixels
+    with a black fill, and flips: the standard augmentation of small images), "light" (mild resized
     crops and flips), "strong" (SimCLR-style views: wide crops, jitter, blur)
     or "none"; "ssl" the view pipeline of SimCLR / BYOL / Barlow Twins: a resized
     crop (area 0.2-1), a flip, colour distortion with probability 0.8
@@ -738,6 +740,8 @@ class Augment:
     def __call__(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         if self.strength == "none":
             return x
+        if self.strength == "flip":
+            return random_flip(x, generator=generator)
         size = x.shape[-1]
         if self.strength == "shift":
             x = random_shift(x, max(1, round(2 * size / 28)), generator=generator)
@@ -767,5 +771,6 @@ class Augment:
             x = random_grayscale(x, 0.2, generator=generator)
             return gaussian_blur(x, (0.1, 1.0 + size / 64), p=0.5, generator=generator)
         raise ValueError(
-            f"unknown augmentation strength {self.strength!r} (none, shift, light, strong, ssl)"
+            f"unknown augmentation strength {self.strength!r} "
+            "(none, flip, shift, light, strong, ssl)"
         )

@@ -200,14 +200,28 @@ class ImageModel:
         measured best of a pretrained backbone (``embed_batch``)."""
         return int(getattr(self.encoder, "embed_batch", 512))
 
+    @property
+    def tta(self) -> bool:
+        """Whether an image's features are the mean of its and its mirror image's encoder
+        features (a model trained with flips: ``tta`` in its config)."""
+        return bool(self.config.get("tta", False))
+
+    def _encode(self, x: torch.Tensor) -> torch.Tensor:
+        f = self.encoder(x)
+        if self.tta:
+            f = (f + self.encoder(x.flip(-1))) / 2
+        return f
+
     @torch.no_grad()
     def features(self, images, batch_size: int | None = None) -> torch.Tensor:
-        """Encoder features (n, F) float32 of images in any format :class:`Preprocess` takes."""
+        """Encoder features (n, F) float32 of images in any format :class:`Preprocess`
+        takes; for a model trained with flips (:attr:`tta`) the mean of the image's and
+        its mirror image's."""
         self.encoder.eval()
         out = []
         for chunk in _chunks(images, batch_size or self.batch_size):
             x = self.preprocess(chunk).contiguous(memory_format=torch.channels_last)
-            out.append(self.encoder(x).float())
+            out.append(self._encode(x).float())
         if not out:
             return torch.zeros(0, getattr(self.encoder, "out_features", 0))
         return torch.cat(out)
@@ -227,7 +241,7 @@ class ImageModel:
         out = []
         for chunk in _chunks(images, batch_size or self.batch_size):
             x = self.preprocess(chunk).contiguous(memory_format=torch.channels_last)
-            f = self.encoder(x)
+            f = self._encode(x)
             z = self.head(f)
             out.append(z if place is None else place(z, f))
         if not out:

@@ -242,9 +242,7 @@ class ConePlacement:
                 up[j] = ps[int(np.argmax(m))]
         return up
 
-    def posterior(
-        self, d_seen: torch.Tensor, features: torch.Tensor | None = None
-    ) -> torch.Tensor:
+    def posterior(self, d_seen: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
         """The posterior over the trained classes (n, K): the softmax of the
         classifier's logits on the encoder ``features`` where the placement has a
         classifier and features are given, else of ``-d_seen / tau``."""

@@ -106,9 +106,11 @@ class TrainConfig:
     curvature: float | None = None  # the model's curvature without labels (default 1)
     learn_curvature: bool = False  # label-free objectives on the ball: train log c too,
     # starting from `curvature` (models.heads.HyperbolicHead.log_c); saved as the model's c
-    augment: str = "none"  # none, shift, light, strong, ssl (two-view objectives use strong,
-    # the contrastive / ssl / unsupervised terms ssl)
+    augment: str = "none"  # none, flip, shift, light, strong, ssl (two-view objectives use
+    # strong, the contrastive / ssl / unsupervised terms ssl)
     flip: bool = True
+    tta: bool | None = None  # embed an image as the mean of its and its mirror image's encoder
+    # features (ImageModel.features); None: on with the "flip" augmentation (resolved_tta)
     # optimisation
     epochs: int = 12
     batch_size: int = 256
@@ -135,11 +137,12 @@ class TrainConfig:
         nearly flat: README), 1 on the ball with the label points themselves and for
         the other losses."""
         radius = self.radius_of_prototypes
+        tta = self.resolved_tta
         tau = self.tau
         if tau is None:
             far = self.geometry == "poincare" and radius == 0  # the label points themselves
             tau = 0.1 if self.loss == "prototype" and not far else 1.0
-        return dataclasses.replace(self, prototype_radius=radius, tau=float(tau))
+        return dataclasses.replace(self, prototype_radius=radius, tau=float(tau), tta=tta)
 
     def with_placement(self, cap_labels: bool) -> TrainConfig:
         """``placement`` made concrete: when not given, "cones" for a labelled prototype
@@ -176,6 +179,13 @@ class TrainConfig:
         return min(0.5, len(self.holdout) / n_classes)
 
     @property
+    def resolved_tta(self) -> bool:
+        """``tta``, else on exactly when training flips the images (the "flip" augmentation)."""
+        if self.tta is not None:
+            return bool(self.tta)
+        return self.augment == "flip" and self.flip
+
+    @property
     def radius_of_prototypes(self) -> float:
         """The prototype radius in effect: ``prototype_radius``, else 2 on the ball, and 0
         (the label points) for the twin, where scaling measured worse (README), and with
@@ -193,9 +203,9 @@ class TrainConfig:
             raise TrainError(f"unknown loss {self.loss!r} (one of {', '.join(losses.LOSSES)})")
         if self.geometry not in ("poincare", "euclidean"):
             raise TrainError(f"unknown geometry {self.geometry!r} (poincare or euclidean)")
-        if self.augment not in ("none", "shift", "light", "strong", "ssl"):
+        if self.augment not in ("none", "flip", "shift", "light", "strong", "ssl"):
             raise TrainError(
-                f"unknown augmentation {self.augment!r} (none, shift, light, strong or ssl)"
+                f"unknown augmentation {self.augment!r} (none, flip, shift, light, strong or ssl)"
             )
         self._validate_extras()
         if self.epochs < 0 or self.batch_size < 2:

@@ -194,6 +194,7 @@ def test_views_shapes_ranges_and_determinism():
         lambda g: Augment("strong")(x, g),
         lambda g: Augment("light")(x, g),
         lambda g: Augment("shift")(x, g),
+        lambda g: Augment("flip")(x, g),
     ):
         a = fn(torch.Generator().manual_seed(1))
         b = fn(torch.Generator().manual_seed(1))
@@ -212,6 +213,17 @@ def test_views_shapes_ranges_and_determinism():
     const = torch.full((2, 1, 16, 16), 0.3)
     assert torch.allclose(gaussian_blur(const, p=1.0), const, atol=1e-6)
     assert gaussian_blur(x, (1.5, 1.5), p=1.0).std() < x.std()
+
+
+def test_flip_augmentation_mirrors_some_images_and_keeps_the_others():
+    x = torch.rand(64, 1, 8, 8)
+    y = Augment("flip")(x, torch.Generator().manual_seed(0))
+    same = [torch.equal(a, b) for a, b in zip(x, y, strict=True)]
+    mirrored = [torch.equal(a.flip(-1), b) for a, b in zip(x, y, strict=True)]
+    assert all(s or m for s, m in zip(same, mirrored, strict=True))
+    assert 10 < sum(mirrored) < 54  # about half
+    with pytest.raises(ValueError, match="flip, shift"):
+        Augment("mirror")(x)
 
 
 def test_random_shift_is_an_exact_translation_with_black_fill():
