@@ -722,16 +722,17 @@ def random_grayscale(
 class Augment:
     """A training view: pixels in [0, 1] (n, C, S, S) -> augmented pixels, same shape.
 
-    ``strength`` "flip" (horizontal flips only: with the flip average of
-    :meth:`ImageModel.features <models.image_model.ImageModel.features>` the
-    default of training from scratch), "shift" (translations by up to 2 pixels
-    with a black fill, and flips: the standard augmentation of small images), "light" (mild resized
-    crops and flips), "strong" (SimCLR-style views: wide crops, jitter, blur)
-    or "none"; "ssl" the view pipeline of SimCLR / BYOL / Barlow Twins: a resized
-    crop (area 0.2-1), a flip, colour distortion with probability 0.8
-    (brightness, contrast and, for RGB, saturation: on grey images such as
-    Fashion-MNIST only brightness and contrast), grey-scale with probability
-    0.2 (the identity on grey images) and a Gaussian blur with probability 0.5.
+    ``strength`` "flip" (horizontal flips only; a model trained so embeds the
+    mean of an image's and its mirror image's features,
+    :meth:`ImageModel.features <models.image_model.ImageModel.features>`), "shift"
+    (translations by up to 2 pixels with a black fill, and flips: the standard
+    augmentation of small images), "light" (mild resized crops and flips),
+    "strong" (SimCLR-style views: wide crops, jitter, blur) or "none"; "ssl" the
+    view pipeline of SimCLR / BYOL / Barlow Twins: a resized crop (area 0.2-1), a
+    flip, colour distortion with probability 0.8 (brightness, contrast and, for RGB,
+    saturation: on grey images such as Fashion-MNIST only brightness and contrast),
+    grey-scale with probability 0.2 (the identity on grey images) and a Gaussian
+    blur with probability 0.5.
     """
 
     strength: str = "light"

@@ -8,7 +8,11 @@ of it. :class:`ConePlacement` is the last step of :meth:`ImageModel.embed
 ``placement: "cones"`` (``hypsearch train --placement cones``):
 
 1. **Which node.** The posterior over the trained classes is the softmax of
-   :math:`-d(z, p_k)/\tau` (the logits of training); a node's mass is the sum
+   :math:`-d(z, p_k)/\tau` (the logits of training), or, for a model that kept
+   its auxiliary classifier (``classifier``: a linear layer on the encoder's
+   features, the default of ``hypsearch train`` where it places more validation
+   images at their class), the softmax of that classifier's logits
+   (:meth:`ConePlacement.posterior`); a node's mass is the sum
    over the trained classes below it. The node is the one of mass at least
    ``threshold`` with the fewest trained classes below it, then the deepest,
    then the nearest (:func:`backoff_choice`: a confident image gets its class,
