@@ -439,13 +439,22 @@ def fit_novelty(out: ImageModel, model: Model, prep: Prepared, cfg: TrainConfig)
 PLACEMENT_IN_CLASS, PLACEMENT_OTHER = 0.9, 0.04
 
 
+def placement_merit(got: dict) -> tuple[bool, float]:
+    """How good a calibrated placement is on validation (larger is better): first whether
+    it meets both aims (:data:`PLACEMENT_IN_CLASS`, :data:`PLACEMENT_OTHER`), then the
+    share of images placed at their class."""
+    both = got["val_in_class"] >= PLACEMENT_IN_CLASS and got["val_other"] <= PLACEMENT_OTHER
+    return both, got["val_in_class"]
+
+
 def calibrate_placement(out: ImageModel, model: Model, prep: Prepared, amp: bool) -> None:
     """The cone placement's back-offs from the validation split
     (:func:`models.placement.calibrate`), written into ``out.config``
     (``placement_confidence``, ``placement_novelty``, ``placement_radii``) and
     ``out.metrics["placement"]``; with a kept classifier, its posterior or the
-    distances', whichever places more validation images at their class
-    (``placement_posterior``, ``metrics["placement_val_in_class"]``)."""
+    distances', whichever does better on validation (:func:`placement_merit`;
+    ``placement_posterior``, ``metrics["placement_val_in_class"]`` and
+    ``["placement_val_other"]``)."""
     from .placement import ConePlacement, PlacementConfig, calibrate
 
     ok = prep.val_targets >= 0
@@ -472,14 +481,19 @@ def calibrate_placement(out: ImageModel, model: Model, prep: Prepared, amp: bool
 
     got = calibrated(out.classifier)
     if out.classifier is not None:
-        # the classifier's posterior where it places at least as many validation images at
-        # their class as the distances' (a short run's classifier can lag behind the head)
+        # the classifier's posterior unless the distances' does better on validation: meets
+        # both aims where the classifier's does not, or places more images at their class
+        # (a short run's classifier can lag behind the head)
         by_distance = calibrated(None)
         out.metrics["placement_val_in_class"] = {
             "classifier": got["val_in_class"],
             "distance": by_distance["val_in_class"],
         }
-        if by_distance["val_in_class"] > got["val_in_class"]:
+        out.metrics["placement_val_other"] = {
+            "classifier": got["val_other"],
+            "distance": by_distance["val_other"],
+        }
+        if placement_merit(by_distance) > placement_merit(got):
             got = by_distance
             out.classifier = None
             out.config["placement_posterior"] = "distance"

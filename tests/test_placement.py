@@ -10,6 +10,7 @@ import torch
 from models.geometry import cones, poincare
 from models.placement import ConePlacement, PlacementConfig, backoff_choice, class_membership
 from models.taxonomy import Taxonomy
+from models.train import placement_merit
 from tests.test_image_cones import (  # noqa: F401 (fm_cap: a fixture)
     CAP,
     _in_class_share,
@@ -167,6 +168,16 @@ def test_placement_keeps_nearest_neighbours_within_a_class():
 # ---------------------------------------------------------------- a trained model
 
 
+def test_placement_merit_prefers_meeting_both_aims_then_more_at_their_class():
+    from models.train import PLACEMENT_IN_CLASS, PLACEMENT_OTHER
+
+    ok = {"val_in_class": PLACEMENT_IN_CLASS, "val_other": PLACEMENT_OTHER}
+    more_but_leaky = {"val_in_class": 0.95, "val_other": PLACEMENT_OTHER + 0.01}
+    assert placement_merit(ok) > placement_merit(more_but_leaky)
+    assert placement_merit(ok | {"val_in_class": 0.93}) > placement_merit(ok)
+    assert placement_merit(more_but_leaky) > placement_merit(more_but_leaky | {"val_in_class": 0.9})
+
+
 def test_trained_model_with_placement_lands_inside_class_cones(fm_cap, tmp_path):  # noqa: F811
     from models.image_model import load_model
 
@@ -181,11 +192,14 @@ def test_trained_model_with_placement_lands_inside_class_cones(fm_cap, tmp_path)
     # the auxiliary classifier is kept for the posterior (the default) where it places at
     # least as many validation images at their class as the distances do; in these short
     # runs it lags behind the head, and the distances decide
-    shares = model.metrics["placement_val_in_class"]
-    kept = shares["classifier"] >= shares["distance"]
+    shares, other = model.metrics["placement_val_in_class"], model.metrics["placement_val_other"]
+    merit = {k: placement_merit({"val_in_class": shares[k], "val_other": other[k]}) for k in other}
+    kept = merit["classifier"] >= merit["distance"]
     assert model.config["placement_posterior"] == ("classifier" if kept else "distance")
     assert (model.classifier is not None) == kept == (model.placement.classifier is not None)
-    assert model.metrics["placement"]["val_in_class"] == max(shares.values())
+    assert (
+        model.metrics["placement"]["val_in_class"] == shares["classifier" if kept else "distance"]
+    )
     placed = _in_class_share(model, labels, test)
     model.config["placement"] = "none"
     model._placement = None
