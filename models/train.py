@@ -365,16 +365,6 @@ def validate(model: Model, prep: Prepared, amp: bool, batch_size: int = 1024) ->
 
 
 @torch.no_grad()
-def val_points(model: Model, prep: Prepared, amp: bool, batch_size: int = 1024) -> torch.Tensor:
-    """The head's outputs on the validation split (eval mode; train mode after)."""
-    f = split_features(model, prep, prep.val_pixels, amp, batch_size)
-    model.train(False)
-    z = model.head(f)
-    model.train()
-    return z
-
-
-@torch.no_grad()
 def split_features(
     model: Model, prep: Prepared, pixels: torch.Tensor, amp: bool, batch_size: int = 1024
 ) -> torch.Tensor:
@@ -447,7 +437,7 @@ def placement_merit(got: dict) -> tuple[bool, float]:
     return both, got["val_in_class"]
 
 
-def calibrate_placement(out: ImageModel, model: Model, prep: Prepared, amp: bool) -> None:
+def calibrate_placement(out: ImageModel, model: Model, prep: Prepared, cfg: TrainConfig) -> None:
     """The cone placement's back-offs from the validation split
     (:func:`models.placement.calibrate`), written into ``out.config``
     (``placement_confidence``, ``placement_novelty``, ``placement_radii``) and
@@ -457,6 +447,11 @@ def calibrate_placement(out: ImageModel, model: Model, prep: Prepared, amp: bool
     ``["placement_val_other"]``)."""
     from .placement import ConePlacement, PlacementConfig, calibrate
 
+    if cfg.placement_posterior == "classifier":
+        if isinstance(model.aux, nn.Linear):  # kept for the placement's posterior
+            out.classifier = (model.aux.weight.detach().clone(), model.aux.bias.detach().clone())
+        else:  # no linear auxiliary classifier (--aux 0, --classifier hmlr): the distances
+            out.config["placement_posterior"] = "distance"
     ok = prep.val_targets >= 0
     if not bool(ok.any()):
         return
@@ -760,13 +755,8 @@ def _train(cfg, labels, progress, checkpoint_path, resume, data, max_seconds) ->
         metrics["loss"] = history[-1]["loss"]
         metrics |= {k: v for k, v in history[-1].items() if k.startswith("val_")}
     out = image_model(metrics)
-    if cfg.placement == "cones" and cfg.placement_posterior == "classifier":
-        if isinstance(model.aux, nn.Linear):  # kept for the placement's posterior
-            out.classifier = (model.aux.weight.detach().clone(), model.aux.bias.detach().clone())
-        else:  # no linear auxiliary classifier (--aux 0, --classifier hmlr): the distances
-            out.config["placement_posterior"] = "distance"
     if cfg.placement == "cones":
-        calibrate_placement(out, model, prep, step.amp)
+        calibrate_placement(out, model, prep, cfg)
         fit_novelty(out, model, prep, cfg)
     if cfg.unsupervised:
         from .clusters import attach_clusters
