@@ -380,6 +380,24 @@ def test_the_default_beam_is_calibrated_on_the_data_and_reaches_the_target():
     assert table.ef == graph_backend.default_ef(16, len(x))
 
 
+@pytest.mark.parametrize("lo", [0, 3, 17])
+def test_the_calibration_finds_the_first_passing_width_with_few_probes(lo):
+    """The ladder search (galloping then bisection) returns what a scan one
+    width at a time returns, for a monotone test, probing each width at most
+    once and never more than about 2 log2 of the ladder's length."""
+    top = len(graph_backend.EF_LADDER) - 1
+    for answer in range(lo, top + 2):
+        probed = []
+
+        def passes(i, answer=answer, probed=probed):
+            probed.append(i)
+            return i >= answer
+
+        assert graph_backend._first_true(passes, lo, top) == min(answer, top)
+        assert len(probed) == len(set(probed)) and all(lo <= i <= top for i in probed)
+        assert len(probed) <= 2 * int(np.ceil(np.log2(top + 2)))
+
+
 def test_easy_data_get_a_narrower_beam_than_hard_data():
     """Well separated tight clusters (every neighbour list inside one cluster)
     need a narrower beam than the hierarchical cloud in 32 dimensions (a strict

@@ -964,28 +964,63 @@ def bfs_order(adj, deg, flags, entries):
     return out[:tail]
 
 
+@njit(nogil=True, cache=True, fastmath=True)
+def _ball_block(q64, i, xt, gt, slots, b0, b1, td, ts, mi, k):
+    """Query ``i`` against the rows ``slots[b0:b1]`` of the ball: the keys
+    ``|q - x|^2 / g(x)`` (the float64 sum vectorised: ``fastmath``, the order
+    of a ranking truth, not a returned distance) merged into its top list
+    ``td/ts[:mi]``; the new length."""
+    dim = xt.shape[1]
+    for j in range(b0, b1):
+        s = slots[j]
+        acc = 0.0
+        for t in range(dim):
+            d = q64[i, t] - xt[s, t]
+            acc += d * d
+        d = acc / gt[s, 0]
+        if mi == k and d > td[k - 1]:
+            continue
+        mi = _into_topk(td, ts, mi, k, d, s)
+    return mi
+
+
+#: rows of the table scanned by every query of a chunk before the next rows
+#: (:func:`brute_topk`): a block of 512 rows of 64 float64 stays in L2, so the
+#: table is read from memory once per chunk instead of once per query
+_BRUTE_BLOCK = 512
+
+
 @njit(nogil=True, cache=True)
 def brute_topk(q64, gq, xt, gt, slots, kinds, starts, curv, k, out_s):
     """Exact top ``k`` slots (ascending distance, ties by slot) of every query
     among ``slots``: the truth the automatic beam width is calibrated against.
     The compiled float64 distance, or in the ball its monotone float64 form
-    ``|q - x|^2 / g(x)`` (the same order, without the ``arsinh``)."""
-    top_d = np.empty(k, dtype=np.float64)
-    top_s = np.empty(k, dtype=np.int64)
+    ``|q - x|^2 / g(x)`` (the same order, without the ``arsinh``).  The
+    queries scan the rows block by block (:data:`_BRUTE_BLOCK`): one query at
+    a time over the whole table read 100 MB from memory per query on
+    200,000 x 64-d, 4.5 s for 500 queries."""
+    nq = q64.shape[0]
+    top_d = np.empty((nq, k), dtype=np.float64)
+    top_s = np.empty((nq, k), dtype=np.int64)
+    m = np.zeros(nq, dtype=np.int64)
     ball = kinds.shape[0] == 1 and kinds[0] == _POINCARE
-    dim = xt.shape[1]
-    for i in range(q64.shape[0]):
-        m = 0
-        for j in range(slots.shape[0]):
-            s = slots[j]
+    n = slots.shape[0]
+    for b0 in range(0, n, _BRUTE_BLOCK):
+        b1 = min(n, b0 + _BRUTE_BLOCK)
+        for i in range(nq):
+            td = top_d[i]
+            ts = top_s[i]
+            mi = m[i]
             if ball:
-                sq = 0.0
-                for t in range(dim):
-                    dd = q64[i, t] - xt[s, t]
-                    sq += dd * dd
-                d = sq / gt[s, 0]
+                mi = _ball_block(q64, i, xt, gt, slots, b0, b1, td, ts, mi, k)
             else:
-                d = _exact_dist(q64, i, gq, xt, s, gt, kinds, starts, curv)
-            m = _into_topk(top_d, top_s, m, k, d, s)
+                for j in range(b0, b1):
+                    s = slots[j]
+                    d = _exact_dist(q64, i, gq, xt, s, gt, kinds, starts, curv)
+                    if mi == k and d > td[k - 1]:
+                        continue
+                    mi = _into_topk(td, ts, mi, k, d, s)
+            m[i] = mi
+    for i in range(nq):
         for j in range(k):
-            out_s[i, j] = top_s[j] if j < m else -1
+            out_s[i, j] = top_s[i, j] if j < m[i] else -1
