@@ -69,8 +69,6 @@ def gaps(x: np.ndarray, table) -> np.ndarray:
     return out
 
 
-
-
 @njit(nogil=True, cache=True)
 def _one_minus_c_sqnorm(x, i, a, b, c):
     """``1 - c |x_i[a:b]|^2`` without cancellation: the squares split exactly
