@@ -6,11 +6,13 @@ import torch
 
 
 class _Progress:
-    """tqdm over edge visits (stderr), or nothing."""
+    """tqdm over edge visits (stderr), or nothing (also when there is nothing
+    to visit: the cap construction without refinement epochs printed an empty
+    "0.00edge" bar)."""
 
     def __init__(self, total: int, enabled: bool, desc: str, unit: str = "edge"):
         self.bar = None
-        if enabled:
+        if enabled and total > 0:
             from tqdm.auto import tqdm
 
             self.bar = tqdm(total=total, desc=desc, unit=unit, unit_scale=True, leave=True)
