@@ -371,7 +371,8 @@ def _beam(graph, met, ok, q, qa, start, L, R_out, visited, stamp, bufs, track):
                 # its edges are read when it is expanded: fetch them now
                 # (two cache lines: 32 int32 edges, R's default)
                 _prefetch(adj, nb, 0)
-                _prefetch(adj, nb, 16)
+                if adj.shape[1] > 16:
+                    _prefetch(adj, nb, 16)
             if track and flags[nb] == _FLAGS_LIVE and (ok.shape[0] == 0 or ok[nb]):
                 if n_res < R_out or kk < res_k[n_res - 1]:
                     n_res = _into_results(res_i, res_k, n_res, R_out, kk, nb)
