@@ -100,8 +100,9 @@ class TrainConfig:
     cluster_levels: list[int] = field(default_factory=lambda: [4, 16, 64])  # clusters per level
     cluster_sample: int = 2000  # images clustered at each epoch's start
     cluster_weight: float = 1.0
-    negative_sample: int = 0  # prototype loss over the trained classes and this many sampled
-    # other nodes per step (0: every node); the cost of a step then does not grow with the taxonomy
+    negative_sample: int | str = "auto"  # prototype loss over the trained classes and this many
+    # sampled other nodes per step (0: every node; "auto": every node up to AUTO_FULL_NODES
+    # nodes, else AUTO_NEGATIVE_SAMPLE): the cost of a step then does not grow with the taxonomy
     space: str | None = None  # a product space "poincare:8,sphere:4,euclidean:4" (CurvLearn head)
     curvature: float | None = None  # the model's curvature without labels (default 1)
     learn_curvature: bool = False  # label-free objectives on the ball: train log c too,
@@ -263,8 +264,11 @@ class TrainConfig:
         for name in ("hier_weight", "contrastive_weight", "ssl_weight", "cluster_weight"):
             if not getattr(self, name) >= 0:
                 raise TrainError(f"{name.replace('_', ' ')} must be >= 0")
-        if self.hier_proxies < 2 or self.negative_sample < 0 or not (0 <= self.byol_tau < 1):
-            raise TrainError("hier proxies must be >= 2, negative sample >= 0, byol tau in [0, 1)")
+        ns = self.negative_sample
+        if ns != "auto" and (isinstance(ns, bool) or not isinstance(ns, int) or ns < 0):
+            raise TrainError(f"negative sample must be 'auto' or an integer >= 0, got {ns!r}")
+        if self.hier_proxies < 2 or not (0 <= self.byol_tau < 1):
+            raise TrainError("hier proxies must be >= 2, byol tau in [0, 1)")
         if not self.cluster_levels or any(k < 2 for k in self.cluster_levels):
             raise TrainError("cluster levels: at least one level, each of >= 2 clusters")
         if list(self.cluster_levels) != sorted(self.cluster_levels):

@@ -223,6 +223,33 @@ def test_sampled_negatives_equal_the_full_softmax_when_all_are_sampled():
     assert torch.equal(sampled_columns(m, target, m, None), torch.arange(m))
 
 
+def test_auto_negative_sample_keeps_every_node_of_a_small_taxonomy_and_samples_a_large_one():
+    from models.losses import AUTO_FULL_NODES, AUTO_NEGATIVE_SAMPLE, negative_sample_of
+
+    cfg = TrainConfig()
+    assert cfg.negative_sample == "auto"
+    assert negative_sample_of(cfg, 1788) == 0  # the default taxonomy: the full softmax
+    assert negative_sample_of(cfg, AUTO_FULL_NODES) == 0
+    assert negative_sample_of(cfg, 10699) == AUTO_NEGATIVE_SAMPLE  # artifact.n.01's
+    assert negative_sample_of(TrainConfig(negative_sample=0), 10699) == 0  # asked for all
+    assert negative_sample_of(TrainConfig(negative_sample=7), 100) == 7
+    # a large taxonomy's auto loss is the sampled one (it differs from the full
+    # softmax), a small one's the full one
+    g = torch.Generator().manual_seed(1)
+    for m, sampled in ((AUTO_FULL_NODES, False), (AUTO_FULL_NODES + AUTO_NEGATIVE_SAMPLE, True)):
+        pts = poincare.expmap0(torch.randn(m, 3, generator=g, dtype=torch.float64), c=1.0)
+        target = torch.tensor([0, m // 2])
+        protos = Prototypes(pts[target], pts, target, None)
+        z = poincare.expmap0(torch.randn(8, 3, generator=g, dtype=torch.float64) * 0.5, c=1.0)
+        y = torch.arange(8) % 2
+        full = prototype_ce(z, pts, target[y], BALL, 1.0, 0.3)
+        got = build_criterion(TrainConfig(tau=1.0), BALL, protos)(z, y)
+        assert torch.allclose(got, full) != sampled
+    for bad in (-1, "some", 2.5, True):
+        with pytest.raises(TrainError, match="negative sample"):
+            TrainConfig(negative_sample=bad).validate()
+
+
 def test_expected_hops_against_a_float64_loop_and_its_gradient():
     g = torch.Generator().manual_seed(3)
     z = (

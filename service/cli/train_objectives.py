@@ -23,6 +23,11 @@ FIELDS = (
 )
 
 
+def _negative_sample(text: str) -> int | str:
+    """``auto`` or an integer >= 0."""
+    return "auto" if text == "auto" else nonneg_int(text)
+
+
 def _curvature(text: str) -> tuple[float | None, bool]:
     """``C``, ``learn`` (from 1) or ``learn:C`` (from C) -> (curvature, learned)."""
     learn = text == "learn" or text.startswith("learn:")
@@ -85,10 +90,10 @@ def add_arguments(tn: argparse.ArgumentParser) -> None:
     g.add_argument("--ssl-weight", type=nonneg_float, default=None, help="default 0.5")
     g.add_argument(
         "--negative-sample",
-        type=nonneg_int,
+        type=_negative_sample,
         default=None,
         help="prototype loss over the trained classes and N sampled other taxonomy nodes per "
-        "step (default 0: every node); for large taxonomies",
+        "step (0: every node; default auto: every node up to 4,096 nodes, else 2,048 sampled)",
     )
     g.add_argument(
         "--space",
