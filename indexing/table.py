@@ -11,6 +11,7 @@ the snapshot: parallel columns of ids, vectors, labels and holding labels.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
@@ -70,6 +71,8 @@ class ItemTable:
         # converting them took 0.9 ms, under the GIL)
         self._id_u = np.empty(0, dtype="<U1")
         self._id_n = 0
+        # concurrent searches (the index's read lock) may both find new slots
+        self._id_lock = threading.Lock()
 
     # -- sizes ------------------------------------------------------------------
     @property
@@ -87,16 +90,23 @@ class ItemTable:
         entry."""
         n = self.n_slots
         if self._id_n < n:
-            tail = [i or "" for i in self.ids[self._id_n : n]]
-            width = max(self._id_u.itemsize // 4, max(map(len, tail), default=1))
-            cap = len(self._id_u)
-            if cap < n or width > self._id_u.itemsize // 4:
-                grown = np.empty(max(n, int(cap * 1.5) + 16) if cap < n else cap, f"<U{width}")
-                grown[: self._id_n] = self._id_u[: self._id_n]
-                self._id_u = grown
-            self._id_u[self._id_n : n] = tail
-            self._id_n = n
+            with self._id_lock:
+                if self._id_n < n:
+                    self._extend_ids(n)
         return self._id_u[:n]
+
+    def _extend_ids(self, n: int) -> None:
+        tail = [i or "" for i in self.ids[self._id_n : n]]
+        width = max(self._id_u.itemsize // 4, max(map(len, tail), default=1))
+        cap = len(self._id_u)
+        ids = self._id_u
+        if cap < n or width > ids.itemsize // 4:
+            ids = np.empty(max(n, int(cap * 1.5) + 16) if cap < n else cap, f"<U{width}")
+            ids[: self._id_n] = self._id_u[: self._id_n]
+        ids[self._id_n : n] = tail
+        # published filled: a search that sees the new count sees the ids
+        self._id_u = ids
+        self._id_n = n
 
     def ids_at(self, slots: np.ndarray) -> np.ndarray:
         """The ids of live ``slots`` (any shape) as a numpy str array."""
