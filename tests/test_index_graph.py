@@ -488,3 +488,21 @@ def test_the_construction_beam_follows_the_dimension():
     assert wide == graph_backend.WIDE_EF_CONSTRUCTION > 96
     given = HyperbolicIndex(64, backend="graph", ef_construction=50)._backend.params
     assert given["ef_construction"] == 50
+
+
+def test_visited_stamps_wrap_without_changing_answers():
+    """The visited buffers hold uint8 stamps, cleared every 255 searches: one
+    call of 700 queries on one thread wraps them twice and answers as the same
+    queries asked one at a time (fresh buffers' first stamps) do."""
+    x, q = cloud(5000, 700, seed=44)
+    ix = _graph(x)
+    graph_backend.set_search_threads(1)
+    try:
+        ids, d = ix.search(q, k=10)
+        for i in (0, 254, 255, 256, 510, 699):
+            one_ids, one_d = ix.search(q[i : i + 1], k=10)
+            np.testing.assert_array_equal(one_ids[0], ids[i])
+            np.testing.assert_array_equal(one_d[0], d[i])
+    finally:
+        graph_backend.set_search_threads(0)
+    assert all(item[0].dtype == np.uint8 for item in ix._backend._visited._free)

@@ -239,6 +239,19 @@ def rerank_bound(ball: bool, float32: bool, dim: int, c: float) -> tuple:
 
 
 @njit(inline="always", cache=True)
+def _stamp_max(visited):
+    """The last stamp a visited buffer holds before it is cleared: a search
+    takes one stamp, so uint8 buffers are cleared every 255 searches (a memset
+    of one byte a node, where uint32 stamps made the buffer four times larger:
+    4 MB a thread on a million nodes, beyond L2)."""
+    if visited.itemsize == 1:
+        return 255
+    if visited.itemsize == 2:
+        return 65535
+    return 4294967295
+
+
+@njit(inline="always", cache=True)
 def _append_unique(arr, n, v):
     """Append ``v`` to ``arr[:n]`` unless it is already there; the new length."""
     for r in range(n):
@@ -430,7 +443,7 @@ def search_batch(
     stamp = stamp0
     for i in range(nq):
         stamp += 1
-        if stamp >= 4294967295:
+        if stamp >= _stamp_max(visited):
             visited[:] = 0
             stamp = 1
         qa1 = qaux[i : i + 1]

@@ -217,7 +217,8 @@ def _kernels():
 
 
 class _VisitedPool:
-    """Per-call visited buffers (uint32 stamps) so concurrent searches never share one."""
+    """Per-call visited buffers (uint8 stamps, cleared every 255 searches:
+    :func:`._graph_kernels.search_batch`) so concurrent searches never share one."""
 
     def __init__(self) -> None:
         self._free: list[list] = []  # [buffer, stamp]
@@ -229,7 +230,7 @@ class _VisitedPool:
                 item = self._free.pop()
                 if len(item[0]) >= n:
                     return item
-        return [np.zeros(max(n, 1024) + n // 4, dtype=np.uint32), 0]
+        return [np.zeros(max(n, 1024) + n // 4, dtype=np.uint8), 0]
 
     def give(self, item: list) -> None:
         with self._lock:
