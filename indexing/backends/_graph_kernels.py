@@ -492,7 +492,7 @@ def _prune(x, aux, met, node, cand, ck, n_cand, R, alpha, two_c, out, occ, min_d
     ``alpha d(r, c) <= d(node, c)``.  Writes at most ``R`` ids to ``out``;
     returns how many.  ``occ[i]`` becomes the occluder ``r`` of a dropped
     ``cand[i]`` (``-1`` if kept or a duplicate; for a candidate dropped for want of
-    room, the first kept node occluding it, else the nearest kept node)."""
+    room, the kept node nearest to it)."""
     order = np.argsort(ck[:n_cand])
     occ[:n_cand] = -1
     n_out = 0
@@ -504,20 +504,10 @@ def _prune(x, aux, met, node, cand, ck, n_cand, R, alpha, two_c, out, occ, min_d
             continue
         last = c
         if n_out >= R:
-            # no room: hand it to the first kept node that occludes it, as a
-            # pruned candidate is (a hub's list of thousands of reverse edges
-            # measured every candidate against all R kept nodes), else to the
-            # kept node nearest to it
+            # no room: hand it to the kept node nearest to it
             best = np.inf
             for r in range(n_out):
                 kr = _sym(x, aux, out[r], c, met)
-                if (
-                    kr <= ck[ci]
-                    if alpha == 1.0
-                    else alpha * _arc(kr, two_c, met) <= _arc(ck[ci], two_c, met)
-                ):
-                    occ[ci] = out[r]
-                    break
                 if kr < best:
                     best = kr
                     occ[ci] = out[r]
