@@ -26,7 +26,8 @@ import time
 import torch
 from torch import nn
 
-from models.data import load_fashion_mnist
+from models.data import Preprocess, load_fashion_mnist
+from models.encoders import _block
 
 VARIANTS = {
     "base": dict(widths=[32, 64, 128, 128], depths=[1, 1, 1, 1], ceil=False),
@@ -37,14 +38,14 @@ VARIANTS = {
 
 
 def block(c_in: int, c_out: int, depth: int, ceil: bool) -> nn.Sequential:
-    """The pool-first block of models.encoders (conv, 2x2 max pool, BN, ReLU), and more
-    convolutions at the pooled size."""
-    layers = [nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), nn.MaxPool2d(2, ceil_mode=ceil)]
-    layers += [nn.BatchNorm2d(c_out), nn.ReLU(inplace=True)]
-    for _ in range(depth - 1):
-        layers += [nn.Conv2d(c_out, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out)]
-        layers.append(nn.ReLU(inplace=True))
-    return nn.Sequential(*layers)
+    """The pool-first block of models.encoders (conv, 2x2 max pool, BN, ReLU, then
+    ``depth - 1`` more convolutions at the pooled size), its pooling in ceil mode
+    where asked."""
+    b = _block(c_in, c_out, depth, pool_first=True)
+    for m in b:
+        if isinstance(m, nn.MaxPool2d):
+            m.ceil_mode = ceil
+    return b
 
 
 def main() -> int:
@@ -57,8 +58,10 @@ def main() -> int:
     torch.manual_seed(seed)
     tr, te = load_fashion_mnist("train"), load_fashion_mnist("test")
 
+    norm = Preprocess()  # Fashion-MNIST's mean and std, as training normalises
+
     def pixels(s):
-        return (torch.tensor(s.images).float().div(255).unsqueeze(1) - 0.286) / 0.353
+        return (torch.tensor(s.images).float().div(255).unsqueeze(1) - norm.mean[0]) / norm.std[0]
 
     xtr, xte = pixels(tr), pixels(te)
     ytr, yte = torch.tensor(tr.targets), torch.tensor(te.targets)

@@ -986,14 +986,9 @@ def _ball_block(q64, i, xt, gt, slots, b0, b1, td, ts, mi, k):
     ``|q - x|^2 / g(x)`` (the float64 sum vectorised: ``fastmath``, the order
     of a ranking truth, not a returned distance) merged into its top list
     ``td/ts[:mi]``; the new length."""
-    dim = xt.shape[1]
     for j in range(b0, b1):
         s = slots[j]
-        acc = 0.0
-        for t in range(dim):
-            d = q64[i, t] - xt[s, t]
-            acc += d * d
-        d = acc / gt[s, 0]
+        d = _sqdist(q64, i, xt, s) / gt[s, 0]
         if mi == k and d > td[k - 1]:
             continue
         mi = _into_topk(td, ts, mi, k, d, s)
