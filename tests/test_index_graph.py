@@ -506,3 +506,37 @@ def test_visited_stamps_wrap_without_changing_answers():
     finally:
         graph_backend.set_search_threads(0)
     assert all(item[0].dtype == np.uint8 for item in ix._backend._visited._free)
+
+
+def test_a_batch_is_searched_region_by_region():
+    """The insertion searches run in the order of ``region_order``: every node of
+    the batch once, grouped by its nearest entry point and within that by its
+    second nearest (by the entries' keys), the order within such a cell kept (the graph itself does not depend on it:
+    test_the_graph_does_not_depend_on_build_threads_or_the_layout and the
+    determinism tests)."""
+    from indexing.backends import _graph_kernels
+
+    x, _ = cloud(3000, 1, seed=45)
+    b = _graph(x[:2000])._backend
+    ex, eaux = b._start[1], b._start[2]
+    nodes = np.arange(b._n, dtype=np.int64)[::-1].copy()
+    keys = np.arange(len(b._entries), dtype=np.int64)[::-1].copy()
+    perm = _graph_kernels.region_order(b._graph, b._met, nodes, b._start, keys)
+    assert sorted(perm.tolist()) == list(range(len(nodes)))
+    out = nodes[perm]
+    # the nearest entry of each node, by the proxy key, independently in numpy
+    w = eaux[:, 0]
+    xs = np.asarray(b._x[: b._n], dtype=np.float64)
+    key = ((xs[out][:, None, :] - np.asarray(ex, dtype=np.float64)[None]) ** 2).sum(-1) * w
+    near = np.argsort(key, axis=1)[:, :3]
+    three = np.take_along_axis(key, near, axis=1)
+    # no near-tie among the three nearest (the kernel's keys are float32 sums)
+    clear = (np.diff(three, axis=1) > 1e-5 * three[:, :1]).all(axis=1)
+    assert clear.mean() > 0.98
+    span = keys.max() + 1
+    region = (keys[near[:, 0]] * span + keys[near[:, 1]])[clear]
+    assert (np.diff(region) >= 0).all()  # grouped, regions in key order
+    assert len(np.unique(region)) > 10
+    for r in np.unique(region):
+        inside = perm[clear][region == r].tolist()
+        assert inside == sorted(inside)  # the given order within a region

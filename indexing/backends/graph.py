@@ -525,6 +525,7 @@ class GraphBackend(Backend):
                 spread,
                 self._p["mates"],
                 self._p["min_degree"],
+                self._n2s[self._entries],
             )
             for _ in range(self._p["handoffs"] + 1):
                 if len(tgt) == 0:
