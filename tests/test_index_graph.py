@@ -511,9 +511,9 @@ def test_visited_stamps_wrap_without_changing_answers():
 def test_a_batch_is_searched_region_by_region():
     """The insertion searches run in the order of ``region_order``: every node of
     the batch once, grouped by its nearest entry point and within that by its
-    second nearest (by the entries' keys), the order within such a cell kept (the graph itself does not depend on it:
-    test_the_graph_does_not_depend_on_build_threads_or_the_layout and the
-    determinism tests)."""
+    second nearest (by the entries' keys), the order within such a cell kept
+    (the graph itself does not depend on it: the determinism and layout tests
+    above)."""
     from indexing.backends import _graph_kernels
 
     x, _ = cloud(3000, 1, seed=45)
