@@ -553,9 +553,7 @@ def _prune(x, aux, met, node, cand, ck, n_cand, R, alpha, two_c, out, occ, min_d
 
 
 @njit(nogil=True, cache=True)
-def insert_search(
-    graph, met, nodes, seq, start, L, visited, lo, hi, cand_i, cand_k, n_cand, top1
-):
+def insert_search(graph, met, nodes, seq, start, L, visited, lo, hi, cand_i, cand_k, n_cand, top1):
     """Beam searches of ``nodes[seq[lo:hi]]`` over the graph as it is: node
     ``nodes[b]``'s candidates (the live nodes of its final beam, symmetric
     keys) go to row ``b`` of ``cand_i``/``cand_k``/``n_cand``, its nearest
@@ -730,9 +728,7 @@ def region_order(graph, met, nodes, start, entry_keys):
     return np.argsort(region, kind="mergesort")
 
 
-def insert_batch(
-    graph, met, nodes, start, L, R, alpha, two_c, spread, mates, min_deg, entry_keys
-):
+def insert_batch(graph, met, nodes, start, L, R, alpha, two_c, spread, mates, min_deg, entry_keys):
     """Link ``nodes`` (not yet in the graph: ``flags`` 0; the caller sets them
     to 1 afterwards).
 
