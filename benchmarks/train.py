@@ -433,10 +433,11 @@ def objectives_table(res: dict, args) -> str:
         + (
             f"**{args.epochs} epochs per row, no time budget**"
             if args.epochs
-            else f"**{args.budget:.0f} s budget per row** instead of the target protocol's 570 s"
+            else f"**{args.budget:.0f} s budget per row**"
+            + ("" if args.budget == 570 else " instead of the target protocol's 570 s")
         )
         + (f", **{args.limit} training images**" if args.limit else "")
-        + ", one seed, measured while other jobs shared the 2 cores)",
+        + ", one seed)",
         "",
         f"| run | epochs | train s | {cols} |",
         "| --- | ---: | ---: |" + " ---: |" * len(OBJ_COLUMNS),
@@ -448,6 +449,7 @@ def objectives_table(res: dict, args) -> str:
     la = os.getloadavg()
     lim = f" --limit {args.limit}" if args.limit else ""
     jobs = f" --jobs {args.jobs}" if args.jobs > 1 else ""
+    only = f" --only '{args.only}'" if args.only else ""
     if args.epochs:
         plan, row = f"--epochs {args.epochs}", f"--time-budget 0 --epochs {args.epochs}"
     else:
@@ -456,7 +458,8 @@ def objectives_table(res: dict, args) -> str:
         "",
         f"Load average at the end: {la[0]:.1f} / {la[1]:.1f} / {la[2]:.1f}. Reproduce: "
         f"`python benchmarks/train.py --objectives {plan} --threads "
-        f"{args.threads}{lim}{jobs}` (each row: `hypsearch train --dataset fashion-mnist --labels "
+        f"{args.threads}{lim}{jobs}{only}` (each row: `hypsearch train --dataset "
+        "fashion-mnist --labels "
         f"LABELS --out M {row}{lim} --threads {args.threads} "
         "--restart` with the "
         "row's flags, then `hypsearch eval --model M --dataset fashion-mnist --split test "
