@@ -698,8 +698,8 @@ def region_order(graph, met, nodes, start, entry_keys):
     the order does not depend on the node layout), the order within a cell as
     given: the insertion searches run in this order, so consecutive ones walk
     the same part of the graph and find its rows still in cache (the 64-d
-    cloud: 28 -> 23 thread-seconds of insertion search; the nearest entry
-    alone gave about half of that).  Their results do not
+    cloud: about 28 -> 23 thread-seconds of insertion search, README "The
+    index").  Their results do not
     depend on it (every node of a batch searches the graph as it was before
     the batch, and its row of the results is its position in ``nodes``)."""
     x, aux = graph[0], graph[1]
