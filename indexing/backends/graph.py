@@ -29,6 +29,9 @@ nodes, in compiled kernels that release the GIL (:mod:`._graph_kernels`, numba):
   it; a batch node also considers up to ``mates`` batch nodes that share its
   nearest graph node, and always keeps an edge to that node (a batch of
   near-duplicates would otherwise link only to itself and become an island);
+  a batch's searches run cell by cell of the entry points' order-2 Voronoi
+  diagram, so consecutive ones share cached rows (the graph does not depend
+  on that order);
 * after every insertion a repair pass links any node the entry points cannot
   reach; after a bulk insertion (at least a quarter of the graph) the nodes
   are renumbered in breadth-first order from the entry points, so a node's
