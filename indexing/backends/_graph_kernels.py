@@ -699,13 +699,15 @@ def region_order(graph, met, nodes, start, entry_keys):
     given: the insertion searches run in this order, so consecutive ones walk
     the same part of the graph and find its rows still in cache (the 64-d
     cloud: about 28 -> 23 thread-seconds of insertion search, README "The
-    index").  Their results do not
-    depend on it (every node of a batch searches the graph as it was before
-    the batch, and its row of the results is its position in ``nodes``)."""
+    index").  Their results do not depend on it (every node of a batch
+    searches the graph as it was before the batch, and its row of the
+    results is its position in ``nodes``)."""
     x, aux = graph[0], graph[1]
     entries, ex, eaux = start
+    n_e = entries.shape[0]
+    rank = np.empty(n_e, dtype=np.int64)  # the entries' ranks by key: cell ids stay small
+    rank[np.argsort(entry_keys, kind="mergesort")] = np.arange(n_e)
     region = np.empty(nodes.shape[0], dtype=np.int64)
-    span = entry_keys.max() + 1 if entry_keys.shape[0] > 0 else 1
     for b in range(nodes.shape[0]):
         node = nodes[b]
         q = x[node : node + 1]
@@ -714,7 +716,7 @@ def region_order(graph, met, nodes, start, entry_keys):
         best2 = np.inf
         r = 0
         r2 = 0
-        for j in range(entries.shape[0]):
+        for j in range(n_e):
             kk = _key(ex, eaux, j, q, qa, met)
             if kk < best:
                 best2 = best
@@ -724,7 +726,7 @@ def region_order(graph, met, nodes, start, entry_keys):
             elif kk < best2:
                 best2 = kk
                 r2 = j
-        region[b] = entry_keys[r] * span + entry_keys[r2]
+        region[b] = rank[r] * n_e + rank[r2]
     return np.argsort(region, kind="mergesort")
 
 
