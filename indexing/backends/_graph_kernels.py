@@ -691,24 +691,13 @@ def insert_write(graph, nodes, new_adj, new_deg):
 
 
 @njit(nogil=True, cache=True)
-def region_order(graph, met, nodes, start, entry_keys):
-    """The positions of ``nodes`` grouped by their nearest entry point and, within
-    that, by their second nearest (cells of the order-2 Voronoi diagram of the
-    entries, in the order of ``entry_keys``: one key per entry, their slots, so
-    the order does not depend on the node layout), the order within a cell as
-    given: the insertion searches run in this order, so consecutive ones walk
-    the same part of the graph and find its rows still in cache (the 64-d
-    cloud: about 28 -> 23 thread-seconds of insertion search, README "The
-    index").  Their results do not depend on it (every node of a batch
-    searches the graph as it was before the batch, and its row of the
-    results is its position in ``nodes``)."""
+def _cells(graph, met, nodes, start, rank, lo, hi, out):
+    """``out[b]`` for ``b`` in ``lo .. hi``: the cell of node ``nodes[b]`` in the
+    order-2 Voronoi diagram of the entry points (``rank``: each entry's place)."""
     x, aux = graph[0], graph[1]
     entries, ex, eaux = start
     n_e = entries.shape[0]
-    rank = np.empty(n_e, dtype=np.int64)  # the entries' ranks by key: cell ids stay small
-    rank[np.argsort(entry_keys, kind="mergesort")] = np.arange(n_e)
-    region = np.empty(nodes.shape[0], dtype=np.int64)
-    for b in range(nodes.shape[0]):
+    for b in range(lo, hi):
         node = nodes[b]
         q = x[node : node + 1]
         qa = aux[node : node + 1]
@@ -726,8 +715,34 @@ def region_order(graph, met, nodes, start, entry_keys):
             elif kk < best2:
                 best2 = kk
                 r2 = j
-        region[b] = rank[r] * n_e + rank[r2]
-    return np.argsort(region, kind="mergesort")
+        out[b] = rank[r] * n_e + rank[r2]
+
+
+def region_order(graph, met, nodes, start, entry_keys, spread=None):
+    """The positions of ``nodes`` grouped by their nearest entry point and, within
+    that, by their second nearest (cells of the order-2 Voronoi diagram of the
+    entries, in the order of ``entry_keys``: one key per entry, their slots, so
+    the order does not depend on the node layout), the order within a cell as
+    given: the insertion searches run in this order, so consecutive ones walk
+    the same part of the graph and find its rows still in cache (the 64-d
+    cloud: about 28 -> 23 thread-seconds of insertion search, README "The
+    index").  Their results do not depend on it (every node of a batch
+    searches the graph as it was before the batch, and its row of the
+    results is its position in ``nodes``).  ``spread`` as in
+    :func:`insert_batch` (``None``: this thread)."""
+    n_e = len(entry_keys)
+    rank = np.empty(n_e, dtype=np.int64)  # the entries' places by key: cell ids stay small
+    rank[np.argsort(entry_keys, kind="stable")] = np.arange(n_e)
+    cells = np.empty(len(nodes), dtype=np.int64)
+
+    def run(lo, hi):
+        _cells(graph, met, nodes, start, rank, lo, hi, cells)
+
+    if spread is None:
+        run(0, len(nodes))
+    else:
+        spread(len(nodes), run)
+    return np.argsort(cells, kind="stable")
 
 
 def insert_batch(graph, met, nodes, start, L, R, alpha, two_c, spread, mates, min_deg, entry_keys):
@@ -751,7 +766,7 @@ def insert_batch(graph, met, nodes, start, L, R, alpha, two_c, spread, mates, mi
     per entry point).  Returns the reverse edges ``(targets, sources)`` for
     :func:`link_groups`."""
     flags = graph[4]
-    seq = region_order(graph, met, nodes, start, entry_keys)
+    seq = region_order(graph, met, nodes, start, entry_keys, spread)
     nb_ = nodes.shape[0]
     cand_i = np.full((nb_, L), -1, dtype=np.int64)
     cand_k = np.full((nb_, L), np.inf, dtype=np.float64)
