@@ -47,3 +47,60 @@ def report(
     """Print a benchmark's tables and, with ``write``, put them into the README (its path)."""
     print(text)
     return write_readme(text, start, end, readme) if write else None
+
+
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def git_commit() -> str:
+    """The checkout's commit (short), with ``+dirty`` when the tree has changes."""
+    import subprocess
+
+    try:
+        sha = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return sha + ("+dirty" if dirty else "")
+
+
+def machine() -> str:
+    """``<CPU model>, <n> CPUs, Python <version>``."""
+    import os
+
+    return f"{cpu_model()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
+
+
+def write_results(name: str, body: str, *, command: str, title: str | None = None) -> Path:
+    """Write ``benchmarks/results/<name>.md``: a title, the date (UTC), the commit,
+    the machine and the command that reproduces it, then ``body`` (markdown
+    tables and what they say). Returns the path written (replaced atomically)."""
+    import datetime
+    import os
+
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    head = [
+        f"# {title or name}",
+        "",
+        f"- date: {now}",
+        f"- commit: {git_commit()}",
+        f"- machine: {machine()}",
+        f"- command: `{command}`",
+        "",
+    ]
+    path = RESULTS / f"{name}.md"
+    tmp = path.with_suffix(".md.tmp")
+    tmp.write_text("\n".join(head) + body.rstrip("\n") + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path
