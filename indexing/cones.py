@@ -43,6 +43,7 @@ class HierarchicalHit(NamedTuple):
     distance: float
     level: int  # position in the chain: 0 = the query label
     via: str  # the chain label of that level
+    firmness: float | None = None  # in via's cone (indexing.entailment); None: by distance
 
 
 ParentFn = Callable[[str], "str | None"]
@@ -130,6 +131,7 @@ class LabelCones:
             if up is not None:
                 self._children.setdefault(up, []).append(name)
         self._held: dict[str, frozenset[str]] = {}
+        self._apertures: dict[str, float] = {}
 
     @property
     def family(self) -> str:
@@ -172,6 +174,18 @@ class LabelCones:
         return cones.membership_margin_np(
             self.points[self.row[apex]], x, self.spec, c=self.curvature
         )
+
+    def firmness(self, apex: str, x: np.ndarray) -> np.ndarray:
+        """How firmly the cone of ``apex`` holds each row of ``x``: the membership
+        margin over the cone's aperture (:mod:`indexing.entailment`); ``>= 0``
+        held, at most 1."""
+        from models.geometry import cones
+
+        ap = self._apertures.get(apex)
+        if ap is None:
+            ap = float(cones.aperture_np(self.points[self.row[apex]], self.spec, c=self.curvature))
+            self._apertures[apex] = ap
+        return self.margins(apex, x) / max(ap, np.finfo(np.float64).tiny)
 
     def holding_labels(self, x: np.ndarray) -> list[str | None]:
         """The deepest label whose cone holds each row of ``x`` (float64 ``(n,

@@ -6,7 +6,8 @@ holding label (``by="holder"``; or their own label, ``by="label"``) is one of
 earlier chain label; for cones, the labels the cone of ``l_i`` holds), and
 whose label is in ``labels`` when that filter is given,
 so each item is in at most one level and a nearer level always ranks first.
-Results are ordered by (level, distance); a page ``[offset, offset + k)`` of
+Results are ordered by (level, distance), or with the label cones by (level,
+firmness in the level's cone); a page ``[offset, offset + k)`` of
 that order skips whole levels by their counts and searches only the levels it
 reaches, each with a filtered k-NN of just the items it still needs.
 """
@@ -17,7 +18,10 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
-from .cones import HierarchicalHit
+from models.geometry import poincare_np
+
+from .cones import HierarchicalHit, LabelCones
+from .entailment import top_firm
 from .errors import IndexInputError
 from .live import LiveIndex
 from .validation import check_str_set
@@ -62,9 +66,12 @@ def search_levels(
     by: str = "holder",
     labels: set[str] | None = None,
     mask: np.ndarray | None = None,
+    cones: LabelCones | None = None,
 ) -> list[HierarchicalHit]:
     """The hits ``[offset, offset + k)`` for the one query ``q`` (shape ``(1, dim)``);
-    ``mask`` (boolean, over the slots): only the items it marks."""
+    ``mask`` (boolean, over the slots): only the items it marks; ``cones``: each
+    level ordered by firmness in its chain label's cone
+    (:mod:`indexing.entailment`; ties by id), not by distance."""
     t = live.table
     if by not in ("holder", "label"):
         raise IndexInputError(f"by: must be 'holder' or 'label', got {by!r}")
@@ -98,10 +105,26 @@ def search_levels(
         if allowed is None:
             allowed = np.fromiter(sorted(slots), dtype=np.int64, count=count)
         take = min(count, need)
-        slots, dists = live.search(q, take, allowed, ef)
-        for j in range(take):
+        if cones is not None and chain[lvl] in cones.row:
+            got = _firmest(live, cones, chain[lvl], q, allowed, take)
+        else:
+            slots, dists = live.search(q, take, allowed, ef)
+            got = [(t.ids[int(s)], float(d), None) for s, d in zip(slots[0], dists[0], strict=True)]
+        for j, (item_id, dist, firm) in enumerate(got):
             if pos + j >= offset:
-                hit = HierarchicalHit(t.ids[int(slots[0, j])], float(dists[0, j]), lvl, chain[lvl])
-                out.append(hit)
+                out.append(HierarchicalHit(item_id, dist, lvl, chain[lvl], firm))
         pos += count
     return out[:k]
+
+
+def _firmest(
+    live: LiveIndex, cones: LabelCones, apex: str, q: np.ndarray, allowed: np.ndarray, take: int
+) -> list[tuple[str, float, float]]:
+    """``(id, distance, firmness)`` of the ``take`` items of the sorted slots
+    ``allowed`` that the cone of ``apex`` holds most firmly (ties by id)."""
+    t = live.table
+    f = cones.firmness(apex, t.vectors[allowed])
+    ids = t.id_array()[allowed]
+    pos = top_firm(f, ids, take)
+    d = poincare_np.dist(q[:1], t.vectors[allowed[pos]], c=cones.curvature)
+    return list(zip(ids[pos].tolist(), d.tolist(), f[pos].tolist(), strict=True))

@@ -32,6 +32,7 @@ import numpy as np
 
 from .backend_choice import BackendChoice
 from .cones import HierarchicalHit, LabelCones
+from .entailment import Candidates, EntailmentHit, candidates, entailment_order
 from .errors import IndexInputError
 from .filters import Filter, PayloadColumns, parse_filter
 from .geometry import IndexSpace, PoincareIndexSpace, make_index_space
@@ -197,6 +198,17 @@ class HyperbolicIndex:
         with self._rw.read():
             t = self._live.table
             return [t.ids[s] for s in t.live_slots().tolist()]
+
+    def item_labels(self) -> dict[str, str | None]:
+        """Every live item's label, by id (from memory: no store read)."""
+        with self._rw.read():
+            t = self._live.table
+            return {t.ids[s]: t.labels[s] for s in t.live_slots().tolist()}
+
+    def contains_many(self, ids: Sequence[str]) -> list[bool]:
+        """``[id in index for id in ids]``."""
+        slot_of = self._live.table.slot_of
+        return [isinstance(i, str) and i in slot_of for i in ids]
 
     def __contains__(self, item_id: object) -> bool:
         return isinstance(item_id, str) and item_id in self._live.table.slot_of
@@ -507,6 +519,7 @@ class HyperbolicIndex:
         by: str = "holder",
         labels: Iterable[str] | None = None,
         where: Filter | Mapping | None = None,
+        firmness: bool = False,
     ) -> list[HierarchicalHit]:
         """Hierarchical (cone) search for one query vector.
 
@@ -520,6 +533,8 @@ class HyperbolicIndex:
         ``by="label"`` groups items by their own label instead of their holding
         label; ``labels`` keeps only the items whose label is in that set, and
         ``where`` those passing that filter (:mod:`indexing.filters`).
+        ``firmness``: each level ordered by firmness in its chain label's cone
+        (:mod:`indexing.entailment`; the index's cones), not by distance.
         """
         q = self._space.as_points(query, "query", allow_1d=True)
         if len(q) != 1:
@@ -535,8 +550,75 @@ class HyperbolicIndex:
             self._check_open()
             mask = None if f is None else self._columns.mask(self._live.table, f)
             return search_levels(
-                self._live, q, chain, levels, k, offset, ef, by=by, labels=la, mask=mask
+                self._live,
+                q,
+                chain,
+                levels,
+                k,
+                offset,
+                ef,
+                by=by,
+                labels=la,
+                mask=mask,
+                cones=self._cones if firmness else None,
             )
+
+    def entailment_candidates(
+        self,
+        apex: str,
+        query,
+        want: int,
+        *,
+        labels: Iterable[str] | None = None,
+        where: Filter | Mapping | None = None,
+    ) -> Candidates:
+        """The firmest ``want`` items of each branch of ``apex``'s cone, and (when
+        fewer than ``want`` items are held) of the items outside it, with their
+        distances to ``query``: :func:`indexing.entailment.candidates` over this
+        index's items (``labels``, ``where``: filters as in :meth:`search`)."""
+        q = self._space.as_points(query, "query", allow_1d=True)
+        if len(q) != 1:
+            raise IndexInputError(f"query: expected one vector, got {len(q)}")
+        want = check_pos_int(want, "want")
+        la = None if labels is None else check_str_set(labels, "labels")
+        f = None if where is None else parse_filter(where, "filter")
+        with self._rw.read():
+            self._check_open()
+            cones = self._cones
+            if cones is None:
+                raise IndexInputError("cones: the index has no label cones to rank by")
+            t = self._live.table
+            only = None
+            if f is not None:
+                only = self._columns.mask(t, f)
+            if la is not None:
+                keep = np.zeros(t.n_slots, dtype=bool)
+                keep[list(t.slots_for_labels(la))] = True
+                only = keep if only is None else only[: t.n_slots] & keep
+            held = candidates(t, cones, apex, q[0], want, only=only, outside=False)
+            if held.n_held < want:
+                held = candidates(t, cones, apex, q[0], want, only=only, outside=True)
+            return held
+
+    def search_entailment(
+        self,
+        apex: str,
+        query,
+        k: int = 10,
+        offset: int = 0,
+        *,
+        spread: bool = True,
+        labels: Iterable[str] | None = None,
+        where: Filter | Mapping | None = None,
+    ) -> list[EntailmentHit]:
+        """Results ``[offset, offset + k)`` of the entailment ranking of the cone of
+        the label ``apex`` (:mod:`indexing.entailment`: held items firmest first,
+        round robin over the apex's branches unless ``spread=False``, then the
+        items outside, least far outside first), distances to ``query``."""
+        k = check_pos_int(k, "k")
+        offset = check_pos_int(offset, "offset", 0)
+        cand = self.entailment_candidates(apex, query, offset + k, labels=labels, where=where)
+        return entailment_order(cand, offset + k, spread=spread)[offset:]
 
     # -- snapshots ------------------------------------------------------------------------
     def save(self, path: str | os.PathLike | None = None) -> Path:

@@ -67,6 +67,7 @@ import numpy as np
 from models.fileio import atomic_write_bytes
 
 from .cones import HierarchicalHit, LabelCones
+from .entailment import Candidates, EntailmentHit, entailment_order, merge_candidates
 from .errors import IndexInputError, IndexStoreError
 from .geometry import PoincareIndexSpace, make_index_space
 from .hierarchical import chain_levels
@@ -523,8 +524,29 @@ class ShardedIndex:
             "call", "search_hierarchical", q, chain, _Descendants(table), offset + k, 0, **options
         )
         hits = [h for part in parts for h in part]
-        hits.sort(key=lambda h: (h.level, h.distance, h.id))
+        if options.get("firmness"):
+            hits.sort(key=lambda h: (h.level, -(h.firmness or 0.0), h.id))
+        else:
+            hits.sort(key=lambda h: (h.level, h.distance, h.id))
         return hits[offset : offset + k]
+
+    def entailment_candidates(self, apex: str, query, want: int, **filters: Any) -> Candidates:
+        """Every shard's candidates merged (:func:`indexing.entailment.merge_candidates`):
+        the candidates of one index over all the items (a shard ranks its outside
+        items whenever it holds fewer than ``want``, so whenever all do)."""
+        q = self._space.as_points(query, "query", allow_1d=True)
+        want = check_pos_int(want, "want")
+        parts = self._all("call", "entailment_candidates", apex, q, want, **filters)
+        return merge_candidates(parts, want)
+
+    def search_entailment(
+        self, apex: str, query, k: int = 10, offset: int = 0, *, spread: bool = True, **filters
+    ) -> list[EntailmentHit]:
+        """:meth:`indexing.HyperbolicIndex.search_entailment` over every shard's items."""
+        k = check_pos_int(k, "k")
+        offset = check_pos_int(offset, "offset", 0)
+        cand = self.entailment_candidates(apex, query, offset + k, **filters)
+        return entailment_order(cand, offset + k, spread=spread)[offset:]
 
     # -- snapshots ------------------------------------------------------------------
     def save(self, path: str | os.PathLike | None = None) -> Path:
