@@ -130,9 +130,11 @@ its recall stays far from usable at any ``ef`` (see :mod:`indexing.backends.hnsw
 from .cones import HierarchicalHit, LabelCones
 from .errors import IndexInputError, IndexStoreError
 from .index import HyperbolicIndex, Item
+from .interface import Index
 
 __all__ = [
     "HyperbolicIndex",
+    "Index",
     "IndexInputError",
     "IndexStoreError",
     "Item",

@@ -317,13 +317,8 @@ def _stack(images: list[np.ndarray]):
 
 
 def _index_labels(index) -> set[str]:
-    """The labels the index's items carry (read from its store)."""
-    out = set()
-    for item_id in index.ids():
-        item = index.get(item_id)
-        if item is not None and item.label is not None:
-            out.add(item.label)
-    return out
+    """The labels the index's items carry."""
+    return {lab for lab in index.item_labels().values() if lab is not None}
 
 
 def pending_sources(

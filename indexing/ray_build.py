@@ -32,11 +32,11 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
 
 import numpy as np
 
 from .build import BuildReport, Plan, _index_labels, embed_plan, pending_sources
+from .interface import Index
 
 __all__ = ["ray_build_index"]
 
@@ -203,9 +203,6 @@ def ray_build_index(
     return report
 
 
-def _present(index, ids: list[str]) -> set[str]:
+def _present(index: Index, ids: list[str]) -> set[str]:
     """The ids among ``ids`` that the index holds (one call per shard when sharded)."""
-    many: Any = getattr(index, "contains_many", None)
-    if many is not None:
-        return {i for i, f in zip(ids, many(ids), strict=True) if f}
-    return {i for i in ids if i in index}
+    return {i for i, f in zip(ids, index.contains_many(ids), strict=True) if f}

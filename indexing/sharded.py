@@ -58,7 +58,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -69,11 +69,19 @@ from models.fileio import atomic_write_bytes
 from .cones import HierarchicalHit, LabelCones
 from .entailment import Candidates, EntailmentHit, entailment_order, merge_candidates
 from .errors import IndexInputError, IndexStoreError
+from .filters import Filter, parse_filter
 from .geometry import PoincareIndexSpace, make_index_space
 from .hierarchical import chain_levels
 from .index import HyperbolicIndex, Item
 from .store import STORE_FILE
-from .validation import check_folder, check_ids, check_labels, check_payloads, check_pos_int
+from .validation import (
+    check_folder,
+    check_ids,
+    check_labels,
+    check_payloads,
+    check_pos_int,
+    check_str_set,
+)
 
 __all__ = [
     "SHARDS_FILE",
@@ -143,15 +151,10 @@ class ShardServer:
         return {"pid": os.getpid(), "started": self.started, "items": len(self.index)}
 
     def item_labels(self) -> dict[str, str | None]:
-        out = {}
-        for item_id in self.index.ids():
-            item = self.index.get(item_id)
-            if item is not None:
-                out[item_id] = item.label
-        return out
+        return self.index.item_labels()
 
     def contains(self, ids: list[str]) -> list[bool]:
-        return [i in self.index for i in ids]
+        return self.index.contains_many(ids)
 
     def stop(self) -> None:
         self.index.save()
@@ -205,7 +208,7 @@ class _RayShards:
         self.run([(i, "info", (), {}) for i in range(len(names))], max(timeout, START_TIMEOUT))
 
     def run(self, calls: Sequence[tuple[int, str, tuple, dict]], timeout=None) -> list:
-        from ray.exceptions import GetTimeoutError, RayActorError
+        from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
         timeout = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
@@ -217,6 +220,11 @@ class _RayShards:
                 try:
                     out.append(self.ray.get(ref, timeout=max(left, 0.001)))
                     break
+                except RayTaskError as e:  # the shard's own error (bad input): as it was raised
+                    cause = getattr(e, "cause", None)
+                    if isinstance(cause, Exception) and not isinstance(cause, RayTaskError):
+                        raise cause from None
+                    raise
                 except RayActorError:
                     if time.monotonic() >= deadline:
                         raise self._unavailable(c[0], timeout) from None
@@ -436,6 +444,12 @@ class ShardedIndex:
         ]
         return int(sum(self._run(calls))) if calls else 0
 
+    def delete_where(self, where: Filter | Mapping) -> list[str]:
+        """Delete the items passing ``where`` on every shard (each shard in one
+        committed transaction); returns their ids."""
+        f = parse_filter(where, "filter")
+        return [i for part in self._all("call", "delete_where", f) for i in part]
+
     def set_cones(self, cones: LabelCones | None) -> None:
         self._all("call", "set_cones", cones)
 
@@ -480,11 +494,80 @@ class ShardedIndex:
             raise IndexInputError(f"id: expected str, got {type(item_id).__name__}")
         return self._run([(shard_of(item_id, self._n), "call", ("get", item_id), {})])[0]
 
-    def search(self, queries, k: int = 10, **filters: Any) -> tuple[np.ndarray, np.ndarray]:
-        """Every shard's ``k`` nearest (same filters, e.g. ``labels``, ``under``,
-        ``filter_ids``), merged by exact distance (then id)."""
+    def get_many(self, ids: Sequence[str], *, vectors: bool = True) -> list[Item]:
+        """The stored items among ``ids``, in that order (absent ids left out), one
+        call per shard; ``vectors=False`` skips reading the vectors."""
+        ids = check_ids(ids, "ids")
+        routed = sorted(self._route(ids).items())
+        got = self._run(
+            [(s, "call", ("get_many", [ids[j] for j in pos]), {"vectors": vectors})
+             for s, pos in routed]
+        )  # fmt: skip
+        by_id = {it.id: it for part in got for it in part}
+        return [by_id[i] for i in ids if i in by_id]
+
+    def filter_mask(self, where: Filter | Mapping) -> np.ndarray:
+        """The shards' masks one after another (shard 0's slots, then shard 1's, ...):
+        as many ``True`` as :meth:`count` of ``where``."""
+        f = parse_filter(where, "filter")
+        parts = self._all("call", "filter_mask", f)
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
+
+    def count(self, where: Filter | Mapping | None = None) -> int:
+        """How many live items pass ``where`` (all of them for ``None``)."""
+        f = None if where is None else parse_filter(where, "filter")
+        return int(sum(self._all("call", "count", f)))
+
+    def scroll(
+        self,
+        where: Filter | Mapping | None = None,
+        limit: int = 100,
+        after: str | None = None,
+    ) -> tuple[list[str], str | None]:
+        """What :meth:`HyperbolicIndex.scroll` answers over all the items: every
+        shard's first ``limit`` ids after ``after`` (id order), merged, the first
+        ``limit`` of them; ``next_after`` is the last id of the page when any shard
+        holds more (the global first ``limit`` are, shard by shard, among each
+        shard's first ``limit``)."""
+        limit = check_pos_int(limit, "limit")
+        if after is not None and not isinstance(after, str):
+            raise IndexInputError(f"after: expected str, got {type(after).__name__}")
+        f = None if where is None else parse_filter(where, "filter")
+        parts = self._all("call", "scroll", f, limit, after)
+        merged = sorted(i for ids, _ in parts for i in ids)
+        more = len(merged) > limit or any(nxt is not None for _, nxt in parts)
+        page = merged[:limit]
+        return page, (page[-1] if more and page else None)
+
+    @staticmethod
+    def _filters(**given: Any) -> dict[str, Any]:
+        """The filters given, checked here (before any shard is asked) and ready to
+        travel: id and label sets as sets, ``where`` parsed."""
+        out: dict[str, Any] = {}
+        for name, v in given.items():
+            if v is None:
+                continue
+            out[name] = parse_filter(v, "filter") if name == "where" else check_str_set(v, name)
+        return out
+
+    def search(
+        self,
+        queries,
+        k: int = 10,
+        *,
+        filter_ids: Iterable[str] | None = None,
+        labels: Iterable[str] | None = None,
+        under: Iterable[str] | None = None,
+        ef: int | None = None,
+        where: Filter | Mapping | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Every shard's ``k`` nearest (same filters: ``filter_ids``, ``labels``,
+        ``under``, ``where``), merged by exact distance (then id)."""
         q = self._space.as_points(queries, "queries", allow_1d=True)
         k = check_pos_int(k, "k")
+        filters = self._filters(filter_ids=filter_ids, labels=labels, under=under, where=where)
+        if ef is not None:
+            filters["ef"] = check_pos_int(ef, "ef")
         parts = self._all("call", "search", q, k, **filters)
         ids = np.concatenate([p[0] for p in parts], axis=1)
         dists = np.concatenate([p[1] for p in parts], axis=1)
@@ -503,15 +586,26 @@ class ShardedIndex:
         descendants_of: Callable[[str], Iterable[str]],
         k: int = 10,
         offset: int = 0,
-        **options: Any,
+        *,
+        ef: int | None = None,
+        by: str = "holder",
+        labels: Iterable[str] | None = None,
+        where: Filter | Mapping | None = None,
+        firmness: bool = False,
     ) -> list[HierarchicalHit]:
-        """Every shard's first ``offset + k`` hits in (level, distance) order,
-        merged (then by id); ``[offset, offset + k)`` of that order."""
+        """Every shard's first ``offset + k`` hits in (level, distance) order (or
+        (level, firmness) with ``firmness``), merged (then by id); ``[offset,
+        offset + k)`` of that order."""
         q = self._space.as_points(query, "query", allow_1d=True)
         if len(q) != 1:
             raise IndexInputError(f"query: expected one vector, got {len(q)}")
         k = check_pos_int(k, "k")
         offset = check_pos_int(offset, "offset", 0)
+        options: dict[str, Any] = {"by": by, **self._filters(labels=labels, where=where)}
+        if ef is not None:
+            options["ef"] = check_pos_int(ef, "ef")
+        if firmness:
+            options["firmness"] = True
         table: dict[str, frozenset[str]] = {}
 
         def record(label: str):
@@ -530,22 +624,39 @@ class ShardedIndex:
             hits.sort(key=lambda h: (h.level, h.distance, h.id))
         return hits[offset : offset + k]
 
-    def entailment_candidates(self, apex: str, query, want: int, **filters: Any) -> Candidates:
+    def entailment_candidates(
+        self,
+        apex: str,
+        query,
+        want: int,
+        *,
+        labels: Iterable[str] | None = None,
+        where: Filter | Mapping | None = None,
+    ) -> Candidates:
         """Every shard's candidates merged (:func:`indexing.entailment.merge_candidates`):
         the candidates of one index over all the items (a shard ranks its outside
         items whenever it holds fewer than ``want``, so whenever all do)."""
         q = self._space.as_points(query, "query", allow_1d=True)
         want = check_pos_int(want, "want")
+        filters = self._filters(labels=labels, where=where)
         parts = self._all("call", "entailment_candidates", apex, q, want, **filters)
         return merge_candidates(parts, want)
 
     def search_entailment(
-        self, apex: str, query, k: int = 10, offset: int = 0, *, spread: bool = True, **filters
+        self,
+        apex: str,
+        query,
+        k: int = 10,
+        offset: int = 0,
+        *,
+        spread: bool = True,
+        labels: Iterable[str] | None = None,
+        where: Filter | Mapping | None = None,
     ) -> list[EntailmentHit]:
         """:meth:`indexing.HyperbolicIndex.search_entailment` over every shard's items."""
         k = check_pos_int(k, "k")
         offset = check_pos_int(offset, "offset", 0)
-        cand = self.entailment_candidates(apex, query, offset + k, **filters)
+        cand = self.entailment_candidates(apex, query, offset + k, labels=labels, where=where)
         return entailment_order(cand, offset + k, spread=spread)[offset:]
 
     # -- snapshots ------------------------------------------------------------------

@@ -51,6 +51,7 @@ from typing import Any
 from indexing import HyperbolicIndex, IndexInputError
 from indexing.build import BuildInputError, OutsideRootsError, check_under_roots
 from indexing.geometry import IndexSpace, PoincareIndexSpace, make_index_space
+from indexing.sharded import is_sharded
 from indexing.store import fsync_dir
 from indexing.swap import STEPS, recover, stage_path, swap_in, swap_lock
 from models.fileio import atomic_write_bytes
@@ -835,8 +836,8 @@ class Collections:
             if old is None:
                 raise self._unloaded()
             index = old.runtime.index
-            path = getattr(index, "path", None)
-            if not isinstance(index, HyperbolicIndex) or path is None:
+            path = index.path
+            if path is None or is_sharded(path):
                 raise ApiError(
                     409,
                     "collection: the default collection's index is not one folder (sharded "

@@ -21,7 +21,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
-from indexing import HyperbolicIndex
+from indexing import Index
 
 from .batching import MicroBatcher
 from .collections import (
@@ -139,11 +139,11 @@ async def get_runtime(services: ServicesDep) -> Runtime:
 RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
 
 
-async def get_index(rt: RuntimeDep) -> HyperbolicIndex:
+async def get_index(rt: RuntimeDep) -> Index:
     return rt.index
 
 
-IndexDep = Annotated[HyperbolicIndex, Depends(get_index)]
+IndexDep = Annotated[Index, Depends(get_index)]
 
 
 async def get_model(rt: RuntimeDep):

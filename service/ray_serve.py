@@ -10,9 +10,12 @@
   Ray Serve, on ``HOST:PORT`` (Serve's HTTP proxy). Each replica is the
   same FastAPI app as ``hypsearch serve`` (:func:`service.app.create_app`, so
   the REST API is today's), with its own model and label tallies, over the
-  shared shards (found by name). Writes go through any replica to the shards;
-  the other replicas' label tallies (the counts behind word resolution and the
-  predicted labels of vector queries) catch up when they restart.
+  shared shards (found by name), and the serving process's settings whole
+  (:func:`replica_settings`: a replica runs in a Ray worker, whose environment
+  is the node's, so ``HYPSEARCH_API_KEY`` and the limits travel with them).
+  Writes go through any replica to the shards; the other replicas' label
+  tallies (the counts behind word resolution and the predicted labels of
+  vector queries) catch up when they restart.
 """
 
 from __future__ import annotations
@@ -37,7 +40,12 @@ class RayUnavailable(Exception):
 
 def connect(address: str, flag: str = "--ray"):
     """``ray`` connected to the cluster at ``address`` (``auto``, ``HOST:PORT``,
-    ``ray://HOST:PORT``, or ``local`` for a new one-machine cluster)."""
+    ``ray://HOST:PORT``, or ``local`` for a new one-machine cluster).
+
+    A cluster with Ray's token authentication (``ray start`` with a token on the
+    machine, ``RAY_AUTH_MODE=token``) gets the token Ray would use
+    (:func:`_authenticate`); a missing or wrong token is said so, not "no Ray
+    cluster there"."""
     try:
         import ray
     except ImportError:
@@ -47,6 +55,7 @@ def connect(address: str, flag: str = "--ray"):
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if address != "local":
         _reachable(address, flag)
+        _authenticate(address, flag)
     if ray.is_initialized():
         return ray
     kw: dict[str, Any] = {"namespace": "hypsearch", "log_to_driver": False}
@@ -87,15 +96,101 @@ def _reachable(address: str, flag: str) -> None:
         ) from None
 
 
+#: the GCS method the authentication probe calls (any call is refused
+#: ``UNAUTHENTICATED`` without the cluster's token; this one has an empty request)
+_PROBE_METHOD = "/ray.rpc.NodeInfoGcsService/GetClusterId"
+_TOKEN_HELP = (
+    "put the cluster's token (`ray get-auth-token` on its head node prints it) in "
+    "~/.ray/auth_token, or set RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH to a file holding it)"
+)
+
+
+def _probe(target: str, token: str | None) -> str:
+    """The gRPC status of one call to the GCS at ``target`` (``"OK"``,
+    ``"UNAUTHENTICATED"``, ...), sending ``token`` when given."""
+    import grpc
+
+    metadata = (("authorization", f"Bearer {token}"),) if token else ()
+    with grpc.insecure_channel(target) as channel:
+        call = channel.unary_unary(
+            _PROBE_METHOD, request_serializer=None, response_deserializer=None
+        )
+        try:
+            call(b"", timeout=5, metadata=metadata)
+        except grpc.RpcError as e:
+            return e.code().name if e.code() is not None else "UNKNOWN"
+    return "OK"
+
+
+def _local_token() -> tuple[str | None, str]:
+    """The token Ray would send (``RAY_AUTH_TOKEN``, the file ``RAY_AUTH_TOKEN_PATH``,
+    ``~/.ray/auth_token``, in Ray's order) and where it came from."""
+    from pathlib import Path
+
+    if os.environ.get("RAY_AUTH_TOKEN", "").strip():
+        return os.environ["RAY_AUTH_TOKEN"].strip(), "RAY_AUTH_TOKEN"
+    where = os.environ.get("RAY_AUTH_TOKEN_PATH") or str(Path.home() / ".ray" / "auth_token")
+    try:
+        token = Path(where).read_text().strip()
+    except OSError:
+        return None, where
+    return (token or None), where
+
+
+def _authenticate(address: str, flag: str) -> None:
+    """Ready this process for the cluster's authentication: when the cluster at
+    ``address`` refuses calls without a token, turn Ray's token mode on with the
+    local token (as ``ray.init()`` does by itself only for ``auto``), or raise
+    :class:`RayUnavailable` saying that authentication failed and how to fix it.
+    A cluster without authentication, or one that does not answer the probe
+    (``ray.init`` then says why), changes nothing."""
+    if address == "auto" or address.startswith("ray://"):
+        return  # auto: ray.init finds the token itself; ray://: the client server's own check
+    try:
+        status = _probe(address, None)
+    except Exception:  # noqa: BLE001 - grpc missing or the probe failed: ray.init decides
+        return
+    if status != "UNAUTHENTICATED":
+        return
+    token, where = _local_token()
+    if token is None:
+        raise RayUnavailable(
+            f"{flag} {address}: the Ray cluster there uses token authentication and no "
+            f"token was found here ({where} is missing): {_TOKEN_HELP}"
+        )
+    if _probe(address, token) == "UNAUTHENTICATED":
+        raise RayUnavailable(
+            f"{flag} {address}: authentication failed: the Ray cluster there refuses the "
+            f"token from {where}: {_TOKEN_HELP}"
+        )
+    mode = os.environ.get("RAY_AUTH_MODE")
+    if mode is not None and mode.lower() != "token":
+        raise RayUnavailable(
+            f"{flag} {address}: the Ray cluster there uses token authentication but "
+            f"RAY_AUTH_MODE={mode} here: unset it or set RAY_AUTH_MODE=token"
+        )
+    os.environ["RAY_AUTH_MODE"] = "token"  # this process and the ones it starts
+    if where != "RAY_AUTH_TOKEN" and "RAY_AUTH_TOKEN_PATH" not in os.environ:
+        os.environ["RAY_AUTH_TOKEN_PATH"] = where
+    try:  # Ray read its configuration at import: read it again, and the token
+        from ray._raylet import AuthenticationTokenLoader, Config
+
+        Config.initialize("")
+        AuthenticationTokenLoader.instance().reset_cache()
+    except (ImportError, AttributeError):  # another Ray: the environment is all it reads
+        pass
+
+
 class HypsearchReplica:
     """One Serve replica: the runtime over the shared shards, and the app."""
 
-    def __init__(self, settings_kw: dict) -> None:
+    def __init__(self, settings) -> None:
         from indexing.sharded import ShardedIndex
         from service.runtime import open_runtime
-        from service.settings import get_settings
 
-        self.settings = get_settings(**settings_kw)
+        # the serving process's settings, whole (its environment: HYPSEARCH_API_KEY and
+        # every limit): a replica's own environment is the Ray node's, not the caller's
+        self.settings = settings
         index = ShardedIndex(self.settings.index, ray=True)  # the running shards, by name
         self.runtime = open_runtime(self.settings, index=index)
 
@@ -105,9 +200,25 @@ class HypsearchReplica:
         return create_app(self.settings, runtime=self.runtime, owns_runtime=True)
 
 
+def replica_settings(settings):
+    """``settings`` as the replicas get them: the paths made absolute (a replica's
+    working folder is the Ray worker's); everything else, the API key included,
+    as this process read it."""
+    from pathlib import Path
+
+    update = {}
+    for name in ("home", "model", "labels", "index", "image_dir", "data_dir", "wordnet_dir"):
+        p = getattr(settings, name)
+        if p is None or str(p).startswith("pretrained:"):
+            continue
+        update[name] = Path(os.path.abspath(p))
+    if settings.image_dir is None:  # INDEX/images, of the absolute index folder
+        update["image_dir"] = update["index"] / "images"
+    return settings.model_copy(update=update)
+
+
 def serve_on_ray(
     settings,
-    settings_kw: dict,
     *,
     shards: int,
     replicas: int = 1,
@@ -139,7 +250,7 @@ def serve_on_ray(
             num_replicas=replicas,
             ray_actor_options={"num_cpus": replica_cpus},
         )
-        serve.run(deployment.bind(settings_kw), name="hypsearch", route_prefix="/")
+        serve.run(deployment.bind(replica_settings(settings)), name="hypsearch", route_prefix="/")
         if announce:
             print(announce, flush=True)
         while not stop.wait(0.5):

@@ -37,8 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from indexing import HyperbolicIndex, LabelCones
-from indexing.build import open_index
+from indexing import Index, LabelCones
+from indexing.build import BuildInputError, check_under_roots, open_index
 from indexing.geometry import PoincareIndexSpace, make_index_space
 from models.geometry import cones as mcones
 from models.geometry import poincare_np
@@ -73,9 +73,14 @@ class _LabelView:
 class Runtime:
     """The loaded model (optional), label embedding, taxonomy and index."""
 
+    #: bounds of a request's filter (``indexing.filters.FilterLimits``; set by the app)
+    filter_limits: Any = None
+    #: folders a picture's ``{"path": ...}`` may lie under (``HYPSEARCH_DATA_ROOTS``)
+    picture_roots: tuple = ()
+
     def __init__(
         self,
-        index: HyperbolicIndex,
+        index: Index,
         labels: LabelEmbedding | None,
         model: Any | None = None,
         *,
@@ -163,7 +168,7 @@ class Runtime:
         index.set_cones(self.cones)  # recomputes the holders only when the cones changed
         self._load_tallies()
 
-    def _init_vectors_only(self, index: HyperbolicIndex, image_dir, data_dir, model=None) -> None:
+    def _init_vectors_only(self, index: Index, image_dir, data_dir, model=None) -> None:
         """A product-space runtime: items carry vectors and payloads, no labels; a
         product-space image model (``hypsearch train --space``), if given, embeds
         pictures (search by image, picture items, ``/v1/embed`` without labels)."""
@@ -207,19 +212,8 @@ class Runtime:
 
     # -- tallies --------------------------------------------------------------------
     def _load_tallies(self) -> None:
-        many = getattr(self.index, "item_labels", None)  # a sharded index: one call a shard
-        if many is not None:
-            self._item_label = many()
-            self._counts.update(lab for lab in self._item_label.values() if lab is not None)
-            self._version += 1
-            return
-        for item_id in self.index.ids():
-            item = self.index.get(item_id)
-            if item is None:  # deleted meanwhile
-                continue
-            self._item_label[item_id] = item.label
-            if item.label is not None:
-                self._counts[item.label] += 1
+        self._item_label = self.index.item_labels()  # from memory (a sharded index: a call a shard)
+        self._counts.update(lab for lab in self._item_label.values() if lab is not None)
         self._version += 1
 
     def _tally(self, item_id: str, label: str | None) -> None:
@@ -386,7 +380,7 @@ class Runtime:
             err.headers = {"Retry-After": "1"}
             raise err
 
-    def with_index(self, index: HyperbolicIndex) -> Runtime:
+    def with_index(self, index: Index) -> Runtime:
         """The same model, labels and folders around another index (an in-place restore)."""
         return Runtime(
             index,
@@ -428,8 +422,8 @@ class Runtime:
         return n
 
     def delete_where(self, where) -> int:
-        """Delete the items passing a filter (:meth:`indexing.HyperbolicIndex.delete_where`:
-        one committed transaction); returns how many."""
+        """Delete the items passing a filter (:meth:`indexing.Index.delete_where`:
+        one committed transaction, one a shard); returns how many."""
         with self._write_lock:
             self._check_live()
             ids = self.index.delete_where(where)
@@ -461,7 +455,12 @@ class Runtime:
                 return None
             return _read_pixels(self.image_dir / name)
         if "path" in ref:
-            return _read_pixels(Path(str(ref["path"])))
+            # checked now, not when written: a restored store may name any file
+            try:
+                real = check_under_roots(str(ref["path"]), self.picture_roots, "image")
+            except (BuildInputError, ValueError):
+                return None
+            return _read_pixels(real)
         if ref.get("dataset") == "fashion-mnist" and self.data_dir is not None:
             images = self._split_images(str(ref.get("split")))
             row = ref.get("row")

@@ -101,6 +101,99 @@ def fill(index, n: int, seed: int = 0) -> None:
         index.add(x[sl], ids[sl], labels=labels[sl], payloads=payloads[sl])
 
 
+#: filters of every kind: payload match / in / range, label, id, under, nested, empty
+FILTERS = [
+    {},
+    {"must": [{"key": "payload.color", "match": "red"}]},
+    {"must": [{"key": "payload.row", "range": {"gte": 20, "lt": 90}}]},
+    {"should": [{"key": "label", "in": ["a1", "b2"]}, {"key": "payload.tags", "match": "t1"}]},
+    {"must_not": [{"key": "payload.color", "in": ["red", "blue"]}], "must": [{"under": "a"}]},
+    {"must": [{"key": "id", "in": [f"item-0-{i}" for i in range(0, 200, 3)]}]},
+    {"must": [{"must_not": [{"key": "payload.missing", "match": 1}]}]},
+    {"must": [{"key": "payload.color", "match": "none-such"}]},
+]
+
+
+def fill_rich(index, n: int) -> None:
+    """``fill`` with payloads that filters can tell apart (colours, tags, a row)."""
+    x, ids, labels, _ = items(n)
+    pays = [
+        {"row": i, "color": ["red", "blue", "green"][i % 3], "tags": [f"t{i % 4}", f"t{i % 5}"]}
+        for i in range(n)
+    ]
+    for lo in range(0, n, 37):
+        sl = slice(lo, lo + 37)
+        index.add(x[sl], ids[sl], labels=labels[sl], payloads=pays[sl])
+
+
+def under_a(label: str, where: str) -> set[str]:
+    return {label} | descendants(label)
+
+
+def full_scroll(index, where, limit: int) -> list[tuple[list[str], str | None]]:
+    pages, after = [], None
+    while True:
+        page = index.scroll(where, limit, after)
+        pages.append(page)
+        if page[1] is None:
+            return pages
+        after = page[1]
+
+
+def assert_same_records(single, sharded) -> None:
+    """get, get_many, item_labels, contains_many, count, filter_mask, scroll (page by
+    page) and delete_where answer what one index over the same items answers; bad
+    input raises the same error (the shard's own, not a wrapper)."""
+    from indexing.filters import parse_filter
+
+    ids = [f"item-0-{i}" for i in (7, 3, 150, 999, 0)]
+    for vectors in (True, False):
+        a, b = single.get_many(ids, vectors=vectors), sharded.get_many(ids, vectors=vectors)
+        assert [it.id for it in a] == [it.id for it in b] == [i for i in ids if i in single]
+        for x, y in zip(a, b, strict=True):
+            assert (x.label, x.payload, x.holder) == (y.label, y.payload, y.holder)
+            np.testing.assert_array_equal(x.vector, y.vector)
+    assert sharded.get_many([]) == []
+    assert sharded.item_labels() == single.item_labels()
+    assert sharded.contains_many(ids) == single.contains_many(ids)
+    assert sharded.count() == single.count() == len(single)
+    for raw in FILTERS:
+        f = parse_filter(raw, under_of=under_a)
+        n = single.count(f)
+        assert sharded.count(f) == n, raw
+        assert sharded.count(raw) == single.count(raw), raw  # unparsed: under covers itself
+        assert np.count_nonzero(sharded.filter_mask(f)) == n, raw
+        for limit in (1, 7, 500):
+            assert full_scroll(sharded, f, limit) == full_scroll(single, f, limit), (raw, limit)
+        listed = [i for page, _ in full_scroll(sharded, f, 9) for i in page]
+        assert len(listed) == len(set(listed)) == n  # every item exactly once
+    assert sharded.scroll(None, 5, "item-0-50") == single.scroll(None, 5, "item-0-50")
+    assert sharded.scroll(None, 5, "zzz") == single.scroll(None, 5, "zzz") == ([], None)
+    for call in (
+        lambda ix: ix.scroll(None, 0),
+        lambda ix: ix.scroll(None, 5, 17),
+        lambda ix: ix.count({"must": [{"key": "x", "match": 1}]}),
+        lambda ix: ix.get_many(["a", "a"]),
+        lambda ix: ix.delete_where({"must": [{"key": "payload.row", "range": {"gt": "a"}}]}),
+        lambda ix: ix.search_hierarchical(
+            np.zeros(DIM), ["a1", "a", "root"], descendants, by="nope"
+        ),
+    ):
+        with pytest.raises(IndexInputError) as want:
+            call(single)
+        with pytest.raises(IndexInputError) as got:
+            call(sharded)
+        assert str(got.value) == str(want.value)
+    # delete by filter: the same ids, and the same state after
+    f = {"must": [{"key": "payload.color", "match": "green"}, {"under": "b"}]}
+    f = parse_filter(f, under_of=under_a)
+    gone = single.delete_where(f)
+    assert sorted(sharded.delete_where(f)) == sorted(gone) and gone
+    assert sharded.delete_where(f) == []
+    assert sharded.count() == single.count()
+    assert full_scroll(sharded, None, 11) == full_scroll(single, None, 11)
+
+
 # ---------------------------------------------------------------- without Ray
 
 
@@ -134,6 +227,19 @@ def test_local_shards_answer_what_one_index_answers(tmp_path, shards):
     with pytest.raises(IndexStoreError, match="holds 2 shards|holds 4 shards"):
         ShardedIndex(tmp_path / "ix", shards=shards + 1)
     again.close()
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+def test_local_shards_read_filter_scroll_and_delete_as_one_index(tmp_path, shards):
+    single = HyperbolicIndex(dim=DIM, backend="exact")
+    sharded = ShardedIndex(tmp_path / "ix", shards=shards, dim=DIM, backend="exact")
+    try:
+        fill_rich(single, 200)
+        fill_rich(sharded, 200)
+        assert_same_records(single, sharded)
+    finally:
+        sharded.close()
+        single.close()
 
 
 def test_bad_input_writes_nothing_on_any_shard(tmp_path):
@@ -209,6 +315,19 @@ def test_ray_shards_answer_what_one_index_answers(tmp_path, ray_cluster):
     assert not any(ray_cluster.util.list_named_actors(all_namespaces=True)) or all(
         "hypsearch-shard" not in str(a) for a in ray_cluster.util.list_named_actors(True)
     )
+
+
+@ray_mark
+def test_ray_shards_read_filter_scroll_and_delete_as_one_index(tmp_path, ray_cluster):
+    single = HyperbolicIndex(dim=DIM, backend="exact")
+    sharded = ShardedIndex(tmp_path / "ix", shards=2, dim=DIM, backend="exact", ray=True)
+    try:
+        fill_rich(single, 200)
+        fill_rich(sharded, 200)
+        assert_same_records(single, sharded)
+    finally:
+        sharded.close()
+        single.close()
 
 
 @ray_mark

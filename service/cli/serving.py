@@ -153,22 +153,9 @@ def _serve_on_ray(args: argparse.Namespace, settings, url: str) -> int:
             labels = LabelEmbedding.load(settings.labels)
     except CheckpointError as e:
         raise CliError(str(e)) from None
-    kw = {
-        k: v
-        for k, v in {
-            "model": args.model,
-            "labels": args.labels,
-            "index": str(settings.index),
-            "data_roots": args.data_roots,
-            "torch_threads": args.threads,
-            "log_level": args.log_level,
-        }.items()
-        if v is not None
-    }
     try:
         return serve_on_ray(
-            settings,
-            kw,
+            settings,  # every HYPSEARCH_* setting of this process, the API key included
             shards=args.shards,
             replicas=args.replicas or 1,
             dim=labels.dim,
