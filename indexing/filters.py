@@ -28,6 +28,12 @@ built once from the store (SQLite ``json_extract``) when a filter first names
 it and then kept up to date by every write (value -> slots for ``match``/``in``,
 a float64 array for ``range``), so a filter costs set unions and vectorised
 comparisons, never a scan of the payloads.
+
+Bounds: a filter has at most :data:`MAX_CONDITIONS` conditions and names at most
+:data:`MAX_PAYLOAD_KEYS` payload fields unless the caller passes its own
+:class:`FilterLimits`; the columns are a cache bounded in count and bytes
+(:data:`CACHE_COLUMNS`, :data:`CACHE_BYTES`, least recently used out), and a
+field no item has costs an empty column (no array).
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from __future__ import annotations
 import json
 import math
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -45,11 +52,15 @@ from .errors import IndexInputError
 from .table import ItemTable
 
 __all__ = [
+    "CACHE_BYTES",
+    "CACHE_COLUMNS",
     "MAX_CONDITIONS",
     "MAX_DEPTH",
+    "MAX_PAYLOAD_KEYS",
     "MAX_VALUES",
     "Condition",
     "Filter",
+    "FilterLimits",
     "PayloadColumns",
     "Under",
     "field_value",
@@ -58,9 +69,26 @@ __all__ = [
 
 #: bounds on one filter: nesting depth, conditions in all, values of one ``in``
 MAX_DEPTH = 16
-MAX_CONDITIONS = 1024
+MAX_CONDITIONS = 256
 MAX_VALUES = 10_000
 MAX_KEY_CHARS = 500
+#: distinct payload fields one filter names (each new one costs a scan of the store)
+MAX_PAYLOAD_KEYS = 16
+#: the payload-column cache of one index: columns and bytes kept at most
+CACHE_COLUMNS = 64
+CACHE_BYTES = 256 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class FilterLimits:
+    """Bounds of one filter; ``*_note`` is appended to the error (the service names
+    its setting there)."""
+
+    conditions: int = MAX_CONDITIONS
+    payload_keys: int = MAX_PAYLOAD_KEYS
+    conditions_note: str = ""
+    keys_note: str = ""
+
 
 _CLAUSES = ("must", "should", "must_not")
 _BOUNDS = ("gt", "gte", "lt", "lte")
@@ -177,8 +205,13 @@ def field_value(payload: Any, path: tuple[str, ...]) -> Any:
 
 
 class _Parser:
-    def __init__(self, under_of: Callable[[str, str], Iterable[str]] | None) -> None:
+    def __init__(
+        self,
+        under_of: Callable[[str, str], Iterable[str]] | None,
+        limits: FilterLimits | None = None,
+    ) -> None:
         self.under_of = under_of
+        self.limits = limits or FilterLimits()
         self.n = 0
 
     def filter(self, obj: Any, where: str, depth: int) -> Filter:
@@ -211,8 +244,11 @@ class _Parser:
 
     def condition(self, c: Any, where: str, depth: int):
         self.n += 1
-        if self.n > MAX_CONDITIONS:
-            raise IndexInputError(f"{where}: a filter has at most {MAX_CONDITIONS} conditions")
+        lim = self.limits
+        if self.n > lim.conditions:
+            raise IndexInputError(
+                f"{where}: a filter has at most {lim.conditions:,} conditions{lim.conditions_note}"
+            )
         if not isinstance(c, Mapping):
             raise IndexInputError(f"{where}: expected a condition object, got {type(c).__name__}")
         if not c or any(k in c for k in _CLAUSES):  # {} is the empty filter: every item
@@ -322,15 +358,26 @@ def parse_filter(
     name: str = "filter",
     *,
     under_of: Callable[[str, str], Iterable[str]] | None = None,
+    limits: FilterLimits | None = None,
 ) -> Filter:
     """Check a filter expression (see the module docstring) and return it parsed.
 
     ``under_of(label, where)``: the labels an ``{"under": label}`` condition
     covers (``where`` names the condition, for the caller's own errors);
-    default: the label itself.  A :class:`Filter` is returned as it is."""
+    default: the label itself.  ``limits``: the bounds (default
+    :class:`FilterLimits`). A :class:`Filter` is returned as it is."""
     if isinstance(obj, Filter):
         return obj
-    return _Parser(under_of).filter(obj, name, 0)
+    parser = _Parser(under_of, limits)
+    f = parser.filter(obj, name, 0)
+    lim = parser.limits
+    keys = f.payload_keys()
+    if len(keys) > lim.payload_keys:
+        raise IndexInputError(
+            f"{name}: names {len(keys):,} payload fields, at most {lim.payload_keys:,}"
+            f"{lim.keys_note}"
+        )
+    return f
 
 
 # ---------------------------------------------------------------- evaluation
@@ -343,9 +390,18 @@ class _Column:
 
     def __init__(self, capacity: int) -> None:
         self.eq: dict[tuple, set[int]] = {}
-        self.num = np.full(max(16, capacity), np.nan)
+        self.capacity = max(16, capacity)
+        # allocated with the first number: a field no item has (or with no numbers)
+        # costs no array
+        self.num: np.ndarray | None = None
         self.multi: dict[int, list[float]] = {}  # slot -> the numbers of an array value
         self.keys: dict[int, Any] = {}  # slot -> its canonical value(s) (to unlink)
+
+    def nbytes(self) -> int:
+        """About what the column holds in memory (its array and its maps)."""
+        n = 0 if self.num is None else self.num.nbytes
+        slots = sum(len(v) for v in self.eq.values())
+        return n + 200 * len(self.eq) + 100 * slots + 150 * len(self.keys) + 120 * len(self.multi)
 
     def load(self, rows: Iterable[tuple[str, Any]], slot_of: dict[str, int]) -> None:
         """Fill an empty column from ``(id, value)`` rows (the bulk form of :meth:`set`)."""
@@ -378,7 +434,9 @@ class _Column:
             self.num[np.asarray(nums_s, dtype=np.int64)] = nums_x
 
     def _grow(self, need: int) -> None:
-        if need > len(self.num):
+        if self.num is None:
+            self.num = np.full(max(need, self.capacity), np.nan)
+        elif need > len(self.num):
             grown = np.full(max(need, int(len(self.num) * 1.5)), np.nan)
             grown[: len(self.num)] = self.num
             self.num = grown
@@ -392,8 +450,8 @@ class _Column:
                 if not s:
                     del self.eq[cv]
         self.multi.pop(slot, None)
-        self._grow(slot + 1)
-        self.num[slot] = np.nan
+        if self.num is not None and slot < len(self.num):
+            self.num[slot] = np.nan
         if value is _MISSING or value is None:
             return
         vals = value if isinstance(value, list) else [value]
@@ -409,11 +467,18 @@ class _Column:
         else:
             x = _number(value)
             if x is not None:
+                self._grow(slot + 1)
                 self.num[slot] = x
 
     def range_mask(self, n: int, b) -> np.ndarray:
-        x = self.num[:n] if len(self.num) >= n else np.pad(self.num, (0, n - len(self.num)))
         gt, gte, lt, lte = b
+        if self.num is None:
+            m = np.zeros(n, dtype=bool)
+            for slot, nums in self.multi.items():
+                if slot < n and any(_in_bounds(v, b) for v in nums):
+                    m[slot] = True
+            return m
+        x = self.num[:n] if len(self.num) >= n else np.pad(self.num, (0, n - len(self.num)))
         with np.errstate(invalid="ignore"):
             m = ~np.isnan(x)
             if gt is not None:
@@ -446,23 +511,61 @@ class PayloadColumns:
     iterable of ``(id, value)`` (``value`` parsed JSON, ``_MISSING`` when absent).
     Callers hold the index's read lock to evaluate and its write lock to
     :meth:`update`; the column cache has its own lock (readers may build
-    columns at the same time)."""
+    columns at the same time).
 
-    def __init__(self, load: Callable[[tuple[str, ...]], Iterable[tuple[str, Any]]]) -> None:
+    The columns are a cache: at most ``max_columns`` of them and about
+    ``max_bytes`` in all, the least recently used dropped first (built again
+    from the store when a filter names the field again)."""
+
+    def __init__(
+        self,
+        load: Callable[[tuple[str, ...]], Iterable[tuple[str, Any]]],
+        *,
+        max_columns: int = CACHE_COLUMNS,
+        max_bytes: int = CACHE_BYTES,
+    ) -> None:
         self._load = load
         self._lock = threading.Lock()
         self._table: ItemTable | None = None
-        self._cols: dict[tuple[str, ...], _Column] = {}
+        self._cols: OrderedDict[tuple[str, ...], _Column] = OrderedDict()
+        self.max_columns = max_columns
+        self.max_bytes = max_bytes
+
+    def limit(self, max_columns: int, max_bytes: int) -> None:
+        """New bounds of the cache (applied from the next column built)."""
+        with self._lock:
+            self.max_columns, self.max_bytes = max(1, int(max_columns)), max(1, int(max_bytes))
+            self._evict(None)
+
+    def cached(self) -> tuple[int, int]:
+        """``(columns, bytes)`` the cache holds now."""
+        with self._lock:
+            return len(self._cols), sum(c.nbytes() for c in self._cols.values())
+
+    def _evict(self, keep: tuple[str, ...] | None) -> None:
+        cols = self._cols
+        total = sum(c.nbytes() for c in cols.values())
+        while cols and (len(cols) > self.max_columns or total > self.max_bytes):
+            path = next(iter(cols))
+            if path == keep:
+                if len(cols) == 1:
+                    break
+                cols.move_to_end(path)
+                path = next(iter(cols))
+            total -= cols.pop(path).nbytes()
 
     def _column(self, table: ItemTable, path: tuple[str, ...]) -> _Column:
         with self._lock:
             if self._table is not table:
-                self._table, self._cols = table, {}
+                self._table, self._cols = table, OrderedDict()
             col = self._cols.get(path)
             if col is None:
                 col = _Column(len(table.alive))
                 col.load(self._load(path), table.slot_of)
                 self._cols[path] = col
+                self._evict(path)
+            else:
+                self._cols.move_to_end(path)
             return col
 
     def has_columns(self) -> bool:
@@ -472,7 +575,7 @@ class PayloadColumns:
         """Items just written (their parsed payloads) into the columns built so far."""
         with self._lock:
             if self._table is not table:
-                self._table, self._cols = table, {}
+                self._table, self._cols = table, OrderedDict()
                 return
             for path, col in self._cols.items():
                 for i, p in zip(ids, payloads, strict=True):

@@ -638,6 +638,10 @@ class HyperbolicIndex:
             save_snapshot(folder, self._live, self._identity(), self._choice)
         return folder
 
+    def limit_filter_cache(self, max_columns: int, max_bytes: int) -> None:
+        """Bounds of the payload-column cache of filters (count and bytes)."""
+        self._columns.limit(max_columns, max_bytes)
+
     def close(self) -> None:
         """Release the store (further calls raise)."""
         with self._write_mutex, self._rw.write():

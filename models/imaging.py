@@ -147,9 +147,11 @@ def decode(
                 warnings.simplefilter("error", Image.DecompressionBombWarning)
                 im.seek(0)
                 im.load()
-                im = ImageOps.exif_transpose(im) or im
+                # reduced first, turned after: exif_transpose copies the picture
+                # (a second full-size buffer), thumbnail reduces it in place
                 if max(im.size) > max_side:
                     im.thumbnail((max_side, max_side))
+                im = ImageOps.exif_transpose(im) or im
                 return to_array(im)
         except Exception as e:  # noqa: BLE001 - truncated or corrupt data of any kind
             name = type(e).__name__

@@ -25,6 +25,8 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
+from indexing.filters import FilterLimits
+
 from . import searching
 from .batching import MicroBatcher
 from .collections import Collections, Served
@@ -94,8 +96,11 @@ def _local_swagger_ui() -> str | None:
 
 
 def _served(services: Services, runtime: Runtime) -> Served:
-    """The workers of a runtime: searches, and image embeddings when it has a model."""
+    """The workers of a runtime: searches, and image embeddings when it has a model.
+    The runtime gets the settings' bounds on filters and picture paths here (every
+    runtime served passes through: the default one, collections, restores)."""
     s = services.settings
+    _apply_limits(runtime, s)
     # searches: whatever queued while the worker was busy is answered in one batch
     searcher = MicroBatcher(
         lambda queries: searching.search_many(runtime, queries),
@@ -113,6 +118,20 @@ def _served(services: Services, runtime: Runtime) -> Served:
             on_batch=services.metrics.observe_batch,
         )
     return Served(runtime, searcher, batcher)
+
+
+def _apply_limits(runtime: Runtime, s: Settings) -> None:
+    """The bounds of issue 32 on one runtime (docs/operations.md, "Limits")."""
+    runtime.filter_limits = FilterLimits(
+        conditions=s.max_filter_conditions,
+        payload_keys=s.max_filter_keys,
+        conditions_note=" (HYPSEARCH_MAX_FILTER_CONDITIONS)",
+        keys_note=" (HYPSEARCH_MAX_FILTER_KEYS)",
+    )
+    runtime.picture_roots = tuple(s.data_roots)
+    limit = getattr(runtime.index, "limit_filter_cache", None)
+    if limit is not None:
+        limit(s.filter_cache_columns, s.filter_cache_bytes)
 
 
 def _unloaded(services: Services) -> ApiError:

@@ -18,16 +18,15 @@ work to the batchers' worker threads.
 from __future__ import annotations
 
 import concurrent.futures
-import json
 
 import numpy as np
-from starlette.concurrency import run_in_threadpool
 
 from . import searching
 from .batching import BatcherClosed, MicroBatcher
 from .disk import layout
 from .errors import ApiError
-from .imaging import EncodedPicture, announced_pixels, decode_image
+from .imaging import EncodedPicture, announced_pixels, decode_image, decode_off_loop
+from .jsontext import loads_bounded
 from .runtime import Runtime
 from .schemas import HitOut, ImageSearchParams, QueryOut, SearchIn, SearchOut
 from .searching import Answer, Query
@@ -72,8 +71,11 @@ async def embed_upload(
         if n is not None and n <= WORKER_DECODE_PIXELS:
             item = EncodedPicture(upload, settings.max_image_pixels)
         else:
-            item = await run_in_threadpool(
-                decode_image, upload, max_pixels=settings.max_image_pixels
+            item = await decode_off_loop(
+                settings.max_concurrent_decodes,
+                decode_image,
+                upload,
+                max_pixels=settings.max_image_pixels,
             )
     z, label = await _run(batcher, item)
     return searching.check_vector(rt, z, "file"), label
@@ -84,21 +86,15 @@ async def search_request(settings, searcher: MicroBatcher, request: SearchIn) ->
     return await _run(searcher, searching.query_of(request, settings))
 
 
-#: the longest ``filter`` form field of ``POST /v1/search/image`` (characters)
-MAX_FILTER_FIELD = 100_000
-
-
-def form_filter(text: str | None) -> dict | None:
+def form_filter(text: str | None, settings) -> dict | None:
     """The ``filter`` form field of ``POST /v1/search/image`` (a JSON text): the
-    filter expression of a :class:`SearchIn` body, or a 422 naming ``filter``."""
+    filter expression of a :class:`SearchIn` body, or a 413/422 naming ``filter``
+    (parsed under ``HYPSEARCH_MAX_JSON_BYTES`` and ``HYPSEARCH_MAX_JSON_DEPTH``)."""
     if text is None or not text.strip():
         return None
-    if len(text) > MAX_FILTER_FIELD:
-        raise ApiError(422, f"filter: over {MAX_FILTER_FIELD:,} characters")
-    try:
-        expr = json.loads(text)
-    except ValueError as e:
-        raise ApiError(422, f"filter: not a JSON text ({e})") from None
+    expr = loads_bounded(
+        text, "filter", max_bytes=settings.max_json_bytes, max_depth=settings.max_json_depth
+    )
     if expr is None:
         return None
     if not isinstance(expr, dict):
@@ -119,7 +115,7 @@ async def search_picture(
     ``filter`` form field (a JSON text; checked before the picture is embedded, then
     run by the search worker as a :class:`SearchIn` body's filter is)."""
     query: Query = searching.query_of(params, settings)  # the window first: no work if bad
-    query.filter = form_filter(filter)
+    query.filter = form_filter(filter, settings)
     if query.filter is not None:
         searching.parse_where(rt, query.filter)  # a bad filter: 422 before any work
     query.point, query.point_label = await embed_upload(rt, settings, batcher, data)

@@ -600,8 +600,9 @@ class ScrollIn(BaseModel):
     limit: int = Field(default=100, ge=1, le=10_000, description="items per page")
     cursor: str | None = Field(
         default=None,
-        max_length=4096,
-        description="null for the first page, then the answer's next_cursor",
+        max_length=16_100,
+        description="null for the first page, then the answer's next_cursor (signed by "
+        "the server; valid HYPSEARCH_CURSOR_TTL_S seconds; any other text: 400)",
     )
     with_vector: bool = Field(default=False, description=WITH_VECTOR_DOC)
     with_payload: bool = Field(default=False, description=WITH_PAYLOAD_DOC)

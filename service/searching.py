@@ -165,7 +165,10 @@ def parse_where(rt: Runtime, expr, name: str = "filter") -> Filter:
     covering the labels in use at or below the node (unknown labels: 422 with
     suggestions)."""
     return parse_filter(
-        expr, name, under_of=lambda lab, where: rt.used_under(resolve_label(rt, lab, where))
+        expr,
+        name,
+        under_of=lambda lab, where: rt.used_under(resolve_label(rt, lab, where)),
+        limits=rt.filter_limits,
     )
 
 

@@ -63,9 +63,10 @@ class Settings(BaseSettings):
         description="JSON request bodies above this are refused (413) before they are parsed",
     )
     max_image_pixels: int = Field(
-        default=25_000_000,
+        default=4096 * 4096,
         ge=1,
-        description="decoded width x height above which an image is refused",
+        description="decoded width x height above which an image is refused (a JPEG "
+        "counts its reduced decode; the models read at most 512 pixels a side)",
     )
     max_batch_items: int = Field(
         default=10_000, ge=1, description="items of one batch upsert, delete or get at most"
@@ -79,6 +80,49 @@ class Settings(BaseSettings):
     )
     max_k: int = Field(default=1000, ge=1)
     max_window: int = Field(default=10_000, ge=1, description="offset + k at most")
+    # hard inputs (issue 32; docs/operations.md, "Limits")
+    max_search_batch_bytes: int = Field(
+        default=4 * 1024 * 1024,
+        ge=1,
+        description="JSON body of /search/batch above this: 413 before it is parsed",
+    )
+    max_json_depth: int = Field(
+        default=32, ge=2, description="nesting of a JSON text sent in a form field or a cursor"
+    )
+    max_filter_conditions: int = Field(
+        default=256, ge=1, description="conditions of one filter (nested ones included)"
+    )
+    max_filter_keys: int = Field(
+        default=16, ge=1, description="distinct payload fields one filter names"
+    )
+    filter_cache_columns: int = Field(
+        default=64, ge=1, description="payload-field columns kept per index (least recent out)"
+    )
+    filter_cache_bytes: int = Field(
+        default=256 * 1024 * 1024,
+        ge=1,
+        description="bytes of payload-field columns kept per index (least recent out)",
+    )
+    max_concurrent_decodes: int = Field(
+        default=2, ge=1, description="large pictures decoded at the same time"
+    )
+    cursor_secret: SecretStr | None = Field(
+        default=None,
+        description="HMAC key of scroll cursors (default: random at each start, so "
+        "cursors do not outlive the process)",
+    )
+    cursor_ttl_s: float = Field(
+        default=24 * 3600, gt=0, description="seconds a scroll cursor stays valid"
+    )
+    max_space_dim: int = Field(
+        default=4096, ge=2, description="dimension of a collection's space (all factors)"
+    )
+    max_space_factors: int = Field(default=16, ge=1, description="factors of a product space")
+    max_snapshot_bytes: int = Field(
+        default=16 * 1024 * 1024 * 1024,
+        ge=1,
+        description="bytes of an index's files in one snapshot tar (sum of the members)",
+    )
 
     # batch jobs
     data_roots: Annotated[list[Path], NoDecode] = Field(

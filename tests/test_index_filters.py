@@ -353,5 +353,5 @@ def test_filter_bounds():
         f = g
     with pytest.raises(IndexInputError, match="nest at most"):
         parse_filter(deep)
-    with pytest.raises(IndexInputError, match="at most 1024 conditions"):
+    with pytest.raises(IndexInputError, match="at most 256 conditions"):
         parse_filter({"must": [{"key": "id", "match": "a"}] * 1100})

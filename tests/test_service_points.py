@@ -99,7 +99,7 @@ def test_batch_upsert_get_count_scroll_delete(client, rt):
             break
     assert seen == sorted(it["id"] for it in items)
     r = client.post("/v1/scroll", json={"cursor": "!!not-a-cursor"})
-    assert r.status_code == 422 and _detail(r).startswith("cursor:")
+    assert r.status_code == 400 and _detail(r).startswith("cursor:")
     # delete by ids, then by filter
     r = client.post("/v1/items/delete", json={"ids": ["pb-0", "pb-1", "absent"]})
     assert r.json() == {"deleted": 2}

@@ -20,7 +20,7 @@ from starlette.datastructures import UploadFile
 from .. import searching
 from ..deps import RuntimeDep, ServicesDep, WriteAccess, no_model
 from ..errors import ApiError
-from ..imaging import decode_image, encode_png
+from ..imaging import decode_image, decode_off_loop, encode_png
 from ..pipeline import check_upload_size, embed_upload
 from ..runtime import Runtime
 from ..schemas import INVALID, DeletedOut, ErrorOut, ItemIn, ItemOut
@@ -158,7 +158,9 @@ async def _upsert_picture(
     settings, batcher = services.settings, services.batcher
     if batcher is None:
         raise no_model(rt)
-    pixels = await run_in_threadpool(_picture, rt, settings, data, label)
+    pixels = await decode_off_loop(
+        settings.max_concurrent_decodes, _picture, rt, settings, data, label
+    )
     x, _ = await embed_upload(rt, settings, batcher, pixels)
 
     def write() -> ItemOut:

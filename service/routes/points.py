@@ -8,7 +8,10 @@ all of it or none, answered once durable. Filters are
 :mod:`indexing.filters` expressions (:func:`service.searching.parse_where`).
 
 Scroll cursors are opaque to clients: the URL-safe base64 of
-``{"after": <last id>}``; a page lists the items after that id in id order,
+``{"after": <last id>, "t": <issued>}`` and its HMAC-SHA256 under the server's
+key (``HYPSEARCH_CURSOR_SECRET``, or a key made at start); anything else, and a
+cursor older than ``HYPSEARCH_CURSOR_TTL_S``, is a 400 (nothing of a cursor is
+parsed before its signature checks). A page lists the items after that id in id order,
 so items written while a client scrolls never make it repeat or skip an item
 that exists throughout.
 """
@@ -18,8 +21,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import hmac
 import json
 import re
+import secrets
+import time
 
 import numpy as np
 from fastapi import APIRouter
@@ -31,7 +37,7 @@ from models.geometry import ranking
 from .. import searching
 from ..deps import RuntimeDep, ServicesDep, SettingsDep, WriteAccess, no_model
 from ..errors import ApiError
-from ..imaging import decode_image
+from ..imaging import decode_image, decode_off_loop
 from ..pipeline import embed_upload
 from ..runtime import Runtime
 from ..schemas import (
@@ -145,7 +151,7 @@ async def upsert_batch(body: ItemsBatchIn, rt: RuntimeDep, svc: ServicesDep) -> 
                 for j, d in zip(pics, data, strict=True)
             ]
 
-        pixels = await run_in_threadpool(decode_all)
+        pixels = await decode_off_loop(settings.max_concurrent_decodes, decode_all)
         got = await asyncio.gather(
             *(embed_upload(rt, settings, svc.batcher, px) for px in pixels), return_exceptions=True
         )
@@ -247,23 +253,59 @@ def get_items(body: ItemsGetIn, rt: RuntimeDep, settings: SettingsDep) -> Points
 # ---------------------------------------------------------------- scroll, count
 
 
-def encode_cursor(after: str) -> str:
-    raw = json.dumps({"after": after}, separators=(",", ":")).encode()
+#: a cursor: URL-safe base64 of its JSON, ".", URL-safe base64 of its HMAC-SHA256
+_CURSOR = re.compile(r"^([A-Za-z0-9_-]{1,16000})\.([A-Za-z0-9_-]{43})$")
+#: the key of cursors when HYPSEARCH_CURSOR_SECRET is not set: this process's own
+_PROCESS_SECRET = secrets.token_bytes(32)
+
+
+def _b64url(raw: bytes) -> str:
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
 
 
-def decode_cursor(cursor: str | None) -> str | None:
+def _cursor_key(settings) -> bytes:
+    secret = getattr(settings, "cursor_secret", None)
+    return _PROCESS_SECRET if secret is None else secret.get_secret_value().encode()
+
+
+def _mac(settings, body: str) -> str:
+    return _b64url(hmac.new(_cursor_key(settings), body.encode("ascii"), "sha256").digest())
+
+
+def encode_cursor(after: str, settings) -> str:
+    """The cursor of a page that ends at ``after``: signed with the server's key
+    (``HYPSEARCH_CURSOR_SECRET``, or one made at start) and stamped with its time."""
+    raw = json.dumps({"after": after, "t": int(time.time())}, separators=(",", ":"))
+    body = _b64url(raw.encode())
+    return f"{body}.{_mac(settings, body)}"
+
+
+def decode_cursor(cursor: str | None, settings) -> str | None:
+    """The id a cursor this service gave out continues after; 400 for anything
+    else (checked by shape and signature before any of it is parsed) and for a
+    cursor older than ``HYPSEARCH_CURSOR_TTL_S``."""
     if cursor is None:
         return None
-    bad = ApiError(422, "cursor: not a cursor this service gave out (pass next_cursor as it came)")
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        obj = json.loads(raw)
-    except (binascii.Error, ValueError, UnicodeDecodeError):
-        raise bad from None
-    if not isinstance(obj, dict) or not isinstance(obj.get("after"), str) or len(obj) != 1:
+    bad = ApiError(400, "cursor: not a cursor this service gave out (pass next_cursor as it came)")
+    m = _CURSOR.match(cursor)
+    if m is None or not hmac.compare_digest(_mac(settings, m.group(1)), m.group(2)):
         raise bad
-    return obj["after"]
+    try:
+        body = m.group(1)
+        obj = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+        after, issued = obj["after"], obj["t"]
+    except (binascii.Error, ValueError, UnicodeDecodeError, KeyError, TypeError):
+        raise bad from None
+    if not isinstance(after, str) or not isinstance(issued, int):
+        raise bad
+    ttl = settings.cursor_ttl_s
+    if time.time() - issued > ttl:
+        raise ApiError(
+            400,
+            f"cursor: expired (cursors last {ttl:g} s, HYPSEARCH_CURSOR_TTL_S); "
+            "start the scroll again",
+        )
+    return after
 
 
 @router.post(
@@ -271,19 +313,22 @@ def decode_cursor(cursor: str | None) -> str | None:
     response_model=ScrollOut,
     response_model_exclude_unset=True,
     summary="List every item (passing a filter) page by page, with a stable cursor",
-    responses={503: {"model": ErrorOut, "description": "still loading"}},
+    responses={
+        400: {"model": ErrorOut, "description": "a cursor this service did not give out, or expired"},
+        503: {"model": ErrorOut, "description": "still loading"},
+    },
 )
-def scroll(body: ScrollIn, rt: RuntimeDep) -> ScrollOut:
+def scroll(body: ScrollIn, rt: RuntimeDep, settings: SettingsDep) -> ScrollOut:
     """Pages in id order; `next_cursor` is null after the last page. Over a full
     scroll every item that exists throughout is listed exactly once, whatever
     is written meanwhile (items written during the scroll may or may not show)."""
-    after = decode_cursor(body.cursor)
+    after = decode_cursor(body.cursor, settings)
     where = None if body.filter is None else searching.parse_where(rt, body.filter)
     ids, nxt = rt.index.scroll(where, body.limit, after)
     got = rt.index.get_many(ids, vectors=body.with_vector)  # one deleted meanwhile: left out
     return ScrollOut(
         items=[_point(it, body.with_vector, body.with_payload) for it in got],
-        next_cursor=None if nxt is None else encode_cursor(nxt),
+        next_cursor=None if nxt is None else encode_cursor(nxt, settings),
     )
 
 
