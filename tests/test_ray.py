@@ -5,13 +5,12 @@ write, and the Ray Data build gives the local build's items and vectors.
 
 The Ray tests are marked ``ray`` (``pytest -m ray``); they skip when the
 ``ray`` extra is not installed or when the process is not in a network
-namespace that has only ``lo`` (``make test`` makes one when run as root).
+namespace that has only ``lo`` (``make test`` makes one when run as root), and
+fail instead under CI (``CI=true``; :mod:`tests.ray_support`).
 """
 
 from __future__ import annotations
 
-import os
-import socket
 import threading
 import time
 
@@ -20,6 +19,7 @@ import pytest
 
 from indexing import HyperbolicIndex, IndexInputError, IndexStoreError
 from indexing.sharded import ShardedIndex, ShardUnavailableError, shard_of
+from tests.ray_support import ray_cluster_fixture
 
 DIM = 6
 #: a small tree of labels: root -> a, b; a -> a1, a2; b -> b1, b2
@@ -257,40 +257,7 @@ def test_bad_input_writes_nothing_on_any_shard(tmp_path):
 # ---------------------------------------------------------------- on a local Ray cluster
 
 
-def _loopback_only() -> bool:
-    return [name for _, name in socket.if_nameindex()] == ["lo"]
-
-
-@pytest.fixture(scope="module")
-def ray_cluster(tmp_path_factory):
-    """One local Ray cluster for the module: 2 CPUs, a 200 MB object store, no dashboard."""
-    ray = pytest.importorskip(
-        "ray", reason="the ray extra is not installed: pip install -e '.[ray]'"
-    )
-    if not _loopback_only():
-        pytest.skip(
-            "Ray binds the machine's network interface: its tests run only inside a network "
-            "namespace with just lo (make test makes one when run as root)"
-        )
-    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    # Serve kills a proxy whose readiness check times out (5 s by default): on a loaded
-    # 2-core machine the proxy of a starting `hypsearch serve --ray` took longer (the
-    # cluster's processes inherit this environment)
-    os.environ.setdefault("RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S", "60")
-    temp = f"/tmp/hsray-{os.getpid()}"  # short: Ray's socket paths have a length limit
-    ray.init(
-        num_cpus=2,
-        object_store_memory=200 * 2**20,
-        include_dashboard=False,
-        log_to_driver=False,
-        namespace="hypsearch",
-        _temp_dir=temp,
-    )
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
-
+ray_cluster = ray_cluster_fixture()  # one local cluster for the module
 
 ray_mark = pytest.mark.ray
 
@@ -368,7 +335,6 @@ def test_killed_shard_restarts_with_every_acknowledged_write(tmp_path, ray_clust
         sharded.close()
 
 
-@ray_mark
 def _wait_dead(ray, actor, timeout: float = 60.0) -> None:
     """Until a killed actor no longer answers (ray.kill only sends the kill)."""
     deadline = time.monotonic() + timeout
@@ -381,6 +347,7 @@ def _wait_dead(ray, actor, timeout: float = 60.0) -> None:
     raise AssertionError(f"actor still answers {timeout:.0f} s after ray.kill")
 
 
+@ray_mark
 def test_a_shard_that_stays_down_fails_the_query_clearly(tmp_path, ray_cluster):
     sharded = ShardedIndex(tmp_path / "ix", shards=2, dim=DIM, ray=True, timeout=2)
     try:
@@ -552,6 +519,7 @@ def test_serve_on_ray_answers_like_the_single_service(tmp_path, tmp_path_factory
     again.close()
 
 
+@ray_mark
 def test_serve_on_ray_stops_cleanly_when_told_to_while_it_still_starts(
     tmp_path, tmp_path_factory, ray_cluster
 ):
