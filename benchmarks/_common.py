@@ -1,12 +1,16 @@
-"""What the benchmark scripts share: the repository root, the CPU's name, the README block.
+"""What the benchmark scripts share: the repository root, the CPU's name, the results file.
 
 Each script is run as ``python benchmarks/<name>.py``, so this module is found
-beside it (``from _common import ...``).
+beside it (``from _common import ...``). A script prints its tables; with
+``--write-results`` it also writes them to ``benchmarks/results/<name>.md``
+(:func:`write_results`), which the README and docs/ link to. No script
+writes the README.
 """
 
 from __future__ import annotations
 
 import platform
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,30 +27,63 @@ def cpu_model() -> str:
     return platform.processor() or "unknown CPU"
 
 
-def write_readme(text: str, start: str, end: str, readme: str | Path | None = None) -> Path:
-    """Put ``text`` between the markers ``start`` and ``end`` of the README.
+def add_results_flag(parser, default: str) -> None:
+    """``--write-results [NAME]``: also write the tables to
+    ``benchmarks/results/NAME.md`` (``default`` when no NAME is given)."""
+    parser.add_argument(
+        "--write-results",
+        nargs="?",
+        const=default,
+        default=None,
+        metavar="NAME",
+        help=f"also write the tables to benchmarks/results/NAME.md (NAME: {default} if omitted)",
+    )
 
-    The block replaces what the markers held; without the markers (or with
-    them in the wrong order) it is appended, markers included, at the end.
-    Returns the file written.
-    """
-    path = Path(readme) if readme is not None else ROOT / "README.md"
-    body = path.read_text(encoding="utf-8") if path.exists() else ""
-    block = f"{start}\n{text.rstrip(chr(10))}\n{end}"
-    if start in body and end in body and body.index(start) < body.index(end):
-        body = body[: body.index(start)] + block + body[body.index(end) + len(end) :]
-    else:
-        body = body.rstrip("\n") + "\n\n" + block + "\n"
-    path.write_text(body, encoding="utf-8")
+
+def command_line(script: str, argv: list[str] | None = None) -> str:
+    """The command that reproduces a run: ``python benchmarks/<script> <argv>``,
+    without ``--write-results`` (and its NAME)."""
+    import shlex
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    out: list[str] = []
+    skip = False
+    for a in args:
+        if skip:
+            skip = False
+            if not a.startswith("-"):
+                continue
+        if a == "--write-results":
+            skip = True
+            continue
+        if a.startswith("--write-results="):
+            continue
+        out.append(a)
+    return " ".join(["python", f"benchmarks/{script}", *map(shlex.quote, out)])
+
+
+def report(text: str, name: str | None, *, command: str, title: str | None = None) -> Path | None:
+    """Print a benchmark's tables and, given a ``name``, write them to
+    ``benchmarks/results/<name>.md`` (:func:`write_results`); returns the path written."""
+    print(text)
+    if name is None:
+        return None
+    path = write_results(name, text, command=command, title=title)
+    print(f"written to {path}", file=sys.stderr)
     return path
 
 
-def report(
-    text: str, start: str, end: str, write: bool, readme: str | Path | None = None
-) -> Path | None:
-    """Print a benchmark's tables and, with ``write``, put them into the README (its path)."""
-    print(text)
-    return write_readme(text, start, end, readme) if write else None
+def read_results(name: str) -> str:
+    """The body of ``benchmarks/results/<name>.md``: what follows its header
+    (title, date, commit, machine, command)."""
+    lines = (RESULTS / f"{name}.md").read_text(encoding="utf-8").splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("- command:"):
+            rest = lines[i + 1 :]
+            while rest and not rest[0].strip():
+                rest = rest[1:]
+            return "\n".join(rest) + "\n"
+    return "\n".join(lines) + "\n"
 
 
 RESULTS = ROOT / "benchmarks" / "results"

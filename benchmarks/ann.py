@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/ann.py                      # every dataset below
     .venv/bin/python benchmarks/ann.py --quick              # small sizes, for development
     .venv/bin/python benchmarks/ann.py --datasets cloud:200000:16 --approaches hypsearch,usearch
-    .venv/bin/python benchmarks/ann.py --write-readme       # also put the tables in README.md
+    .venv/bin/python benchmarks/ann.py --write-results      # also write benchmarks/results/ann.md
 
 Datasets (``--datasets``, comma separated):
 
@@ -15,8 +15,8 @@ Datasets (``--datasets``, comma separated):
   placed by Möbius steps of random hyperbolic length, curvature c = 0.5;
 * ``nouns`` -- the label embeddings of the WordNet noun closure (82,115 x 10,
   the cap construction of ``labels train``: ``--nouns-labels``, default
-  ``/work/main/var/bench/noun-closure-cap.labels``), queries = random nouns moved
-  by a small tangent step;
+  ``$HYPSEARCH_HOME/bench/noun-closure-cap.labels``, ``./var`` when unset),
+  queries = random nouns moved by a small tangent step;
 * ``mixed:N`` -- ``poincare:8,sphere:4,euclidean:4`` (the ball factor a
   hierarchical cloud).
 
@@ -44,7 +44,7 @@ Exact float64 distances for every approach, that time included: usearch and
 pynndescent already rank with an exact Poincaré metric, so only the ``k`` they
 return get the compiled float64 distance (``k`` per query, no extra
 candidates); hnswlib ranks by ``l2``, so its top ``ef`` are re-ranked by the
-exact distance, as the issue prescribes.
+exact distance.
 Timing: the settings of every approach that reach recall@10 >= 0.99 (the two
 cheapest) are timed in ``--repeats`` rounds, the approaches interleaved within
 a round, best round kept, with 1 and 2 threads.  Builds use 2 threads.
@@ -59,9 +59,10 @@ import os
 import platform
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
-from _common import ROOT, cpu_model, report
+from _common import ROOT, add_results_flag, command_line, cpu_model, report
 
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -72,11 +73,11 @@ from indexing.geometry import make_index_space, torch_threads  # noqa: E402
 from indexing.synthetic import hierarchical_cloud  # noqa: E402
 from models.geometry import kernels  # noqa: E402
 
-START = "<!-- ann-bench:start -->"
-END = "<!-- ann-bench:end -->"
 MIXED = "poincare:8,sphere:4,euclidean:4"
 TARGET = 0.99
-NOUNS = "/work/main/var/bench/noun-closure-cap.labels"
+NOUNS = str(
+    Path(os.environ.get("HYPSEARCH_HOME") or ROOT / "var") / "bench" / "noun-closure-cap.labels"
+)
 FULL = "cloud:200000:16,cloud:200000:64,cloud:1000000:16,other:200000:32,nouns,mixed:200000"
 QUICK = "cloud:30000:16,cloud:30000:64,other:30000:32,nouns:30000,mixed:30000"
 
@@ -534,9 +535,8 @@ def run_dataset(args, name):
 # -- report ---------------------------------------------------------------------------
 def tables(results, args, load0, started):
     head = (
-        f"Measured {time.strftime('%Y-%m-%d')} with `python benchmarks/ann.py "
-        f"{' '.join(args.argv)}".rstrip()
-        + f"`: {cpu_model()} ({platform.machine()}), {os.cpu_count()} CPUs, Python "
+        f"Measured {time.strftime('%Y-%m-%d')} with `{args.command}`: "
+        f"{cpu_model()} ({platform.machine()}), {os.cpu_count()} CPUs, Python "
         f"{platform.python_version()}; {args.queries:,} queries per dataset in one call, "
         f"truth = brute-force exact float64 top-{args.k}; load average {load0:.1f} at the "
         f"start, {os.getloadavg()[0]:.1f} at the end ({(time.time() - started) / 60:.0f} min); "
@@ -635,10 +635,9 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--nouns-labels", default=NOUNS)
     ap.add_argument("--check", type=int, default=10, help="queries checked against torch")
-    ap.add_argument("--write-readme", action="store_true")
-    ap.add_argument("--readme", default=str(ROOT / "README.md"))
+    add_results_flag(ap, "ann")
     args = ap.parse_args(argv)
-    args.argv = [a for a in (sys.argv[1:] if argv is None else argv) if a != "--write-readme"]
+    args.command = command_line("ann.py", sys.argv[1:] if argv is None else argv)
     if args.datasets is None:
         args.datasets = QUICK if args.quick else FULL
     if args.queries is None:
@@ -649,11 +648,7 @@ def main(argv=None) -> int:
     load0 = os.getloadavg()[0]
     started = time.time()
     results = [run_dataset(args, name) for name in args.datasets.split(",") if name]
-    readme = report(
-        tables(results, args, load0, started), START, END, args.write_readme, args.readme
-    )
-    if readme is not None:
-        say(f"tables written to {readme}")
+    report(tables(results, args, load0, started), args.write_results, command=args.command)
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Filtered search and batch upserts: the targets of issue 16.
+"""Filtered search and batch upserts: targets and measurements.
 
 1. In process: an index of ``--n`` random points of the 8-d Poincaré ball
    (backend ``auto``: the graph above 20,000 items) whose payloads carry
@@ -15,13 +15,12 @@
 ::
 
     python benchmarks/filters.py [--n 100000] [--batch 10000] [--single 300]
-        [--labels var/load/labels.safetensors] [--batch-only] [--write-readme]
+        [--labels var/load/labels.safetensors] [--batch-only] [--write-results]
 
-``--batch-only`` runs part 2 alone and, with ``--write-readme``, replaces only
-the REST rows of the README's table (with a line saying when they were measured).
-
-Prints a markdown table; ``--write-readme`` puts it into README.md between
-``<!-- filters-bench:start -->`` and ``<!-- filters-bench:end -->``.
+Prints a markdown table; ``--write-results [NAME]`` also writes it to
+``benchmarks/results/NAME.md`` (``filters.md`` without a NAME).
+``--batch-only`` runs part 2 alone and replaces only the REST rows of the
+table in that results file (with a line saying when they were measured).
 Targets: filtered recall@10 >= 0.99 and filtered q/s >= 1/3 of unfiltered;
 batch items/s >= 10x single PUTs.
 """
@@ -39,11 +38,10 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import ROOT, cpu_model, report
+from _common import RESULTS, ROOT, add_results_flag, command_line, cpu_model, read_results, report
 
 sys.path.insert(0, str(ROOT))
 
-START, END = "<!-- filters-bench:start -->", "<!-- filters-bench:end -->"
 DIM = 8
 
 
@@ -199,7 +197,7 @@ BATCH_NOTE = "REST rows measured again"
 
 
 def with_new_batch_rows(block: str, b: dict, load0: float, argv: str) -> str:
-    """The README's table with its REST rows (only) measured again (``--batch-only``)."""
+    """The results file's table with its REST rows (only) measured again (``--batch-only``)."""
     keep = [
         line
         for line in block.strip("\n").split("\n")
@@ -226,10 +224,9 @@ def main() -> None:
     ap.add_argument(
         "--batch-only",
         action="store_true",
-        help="measure only the REST upserts and update only those rows of the README table",
+        help="measure only the REST upserts and update only those rows of the results table",
     )
-    ap.add_argument("--write-readme", action="store_true")
-    ap.add_argument("--readme", default=None)
+    add_results_flag(ap, "filters")
     args = ap.parse_args()
     if not args.labels.is_file():
         raise SystemExit(f"--labels: no such file {args.labels}")
@@ -237,22 +234,22 @@ def main() -> None:
 
     torch.set_num_threads(1)
     load0 = os.getloadavg()[0]
-    if args.batch_only:  # the REST rows only; the search rows of the README stay
+    command = command_line("filters.py")
+    argv = command.removeprefix("python benchmarks/filters.py").strip()
+    if args.batch_only:  # the REST rows only; the search rows of the results file stay
+        name = args.write_results or "filters"
+        if not (RESULTS / f"{name}.md").is_file():
+            raise SystemExit(f"--batch-only: no benchmarks/results/{name}.md to update")
         b = batch_upserts(args.labels, args.single, args.batch)
         print(b, file=sys.stderr)
-        readme = Path(args.readme) if args.readme else ROOT / "README.md"
-        body = readme.read_text(encoding="utf-8")
-        if START not in body or END not in body:
-            raise SystemExit(f"--batch-only: {readme} has no filters table to update")
-        block = body[body.index(START) + len(START) : body.index(END)]
-        argv = " ".join(sys.argv[1:])
-        report(with_new_batch_rows(block, b, load0, argv), START, END, args.write_readme, readme)
+        block = read_results(name)
+        report(with_new_batch_rows(block, b, load0, argv), args.write_results, command=command)
         return
     s = filtered_search(args.n, args.queries)
     print(s, file=sys.stderr)
     b = batch_upserts(args.labels, args.single, args.batch)
     print(b, file=sys.stderr)
-    report(table(s, b, load0, " ".join(sys.argv[1:])), START, END, args.write_readme, args.readme)
+    report(table(s, b, load0, argv), args.write_results, command=command)
 
 
 if __name__ == "__main__":

@@ -13,10 +13,11 @@ the same way.
 
     python benchmarks/labels.py --only mammals default --threads 1
     python benchmarks/labels.py --only nouns
-    python benchmarks/labels.py --only mammals default --write-readme
+    python benchmarks/labels.py --only mammals default --write-results
+    python benchmarks/labels.py --only nouns --inits cap --no-gensim --write-results labels-nouns
 
-Prints a markdown table; ``--write-readme`` puts it into README.md between
-``<!-- labels-bench:start -->`` and ``<!-- labels-bench:end -->``.
+Prints a markdown table; ``--write-results [NAME]`` also writes it to
+``benchmarks/results/NAME.md`` (``labels.md`` without a NAME).
 """
 
 from __future__ import annotations
@@ -30,10 +31,9 @@ import time
 from pathlib import Path
 
 import torch
-from _common import ROOT, cpu_model, report
+from _common import ROOT, add_results_flag, command_line, cpu_model, report
 
 sys.path.insert(0, str(ROOT))
-START, END = "<!-- labels-bench:start -->", "<!-- labels-bench:end -->"
 
 from models.defaults import default_taxonomy  # noqa: E402
 from models.labels import (  # noqa: E402
@@ -159,7 +159,7 @@ def main() -> None:
     p.add_argument("--no-gensim", action="store_true")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     p.add_argument("--out-dir", default=str(ROOT / "var" / "bench"))
-    p.add_argument("--write-readme", action="store_true")
+    add_results_flag(p, "labels")
     p.add_argument(
         "--reuse",
         action="store_true",
@@ -183,7 +183,11 @@ def main() -> None:
                     row = json.loads(line)
                     row.setdefault("threads", args.threads or "?")
                     rows.append(row)
-        report(table(rows, args.when or dt.date.today().isoformat()), START, END, args.write_readme)
+        report(
+            table(rows, args.when or dt.date.today().isoformat()),
+            args.write_results,
+            command=command_line("labels.py"),
+        )
         return
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -206,7 +210,7 @@ def main() -> None:
             if g:
                 rows.append(g)
                 print(json.dumps(g), flush=True)
-    report(table(rows, when), START, END, args.write_readme)
+    report(table(rows, when), args.write_results, command=command_line("labels.py"))
 
 
 if __name__ == "__main__":

@@ -8,12 +8,11 @@ each number of concurrent clients (1, 8, 32), closed-loop clients send
 requests for a fixed time and the script reports p50 / p95 / p99 latency,
 throughput and errors, then a markdown table::
 
-    python benchmarks/load.py [--seconds 8] [--clients 1,8,32] [--write-readme]
+    python benchmarks/load.py [--seconds 8] [--clients 1,8,32] [--write-results]
 
-``--write-readme`` puts the table into README.md between
-``<!-- load-bench:start -->`` and ``<!-- load-bench:end -->`` (appended at the
-end when the markers are absent). Only 127.0.0.1 is ever contacted; every cell
-is bounded in time and in requests.
+``--write-results [NAME]`` also writes the table to
+``benchmarks/results/NAME.md`` (``load.md`` without a NAME). Only 127.0.0.1 is
+ever contacted; every cell is bounded in time and in requests.
 
 Targets (32 clients, 2 cores): vector search p99 <= 15 ms, image search
 p99 <= 50 ms, no errors.
@@ -28,14 +27,14 @@ import os
 import random
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from urllib.parse import urlparse
 
 import numpy as np
-from _common import ROOT, cpu_model, report
+from _common import ROOT, add_results_flag, command_line, cpu_model, report
 
-START, END = "<!-- load-bench:start -->", "<!-- load-bench:end -->"
 TARGETS = {("vector", 32): 15.0, ("image", 32): 50.0}  # p99 ms
 LABELS = [
     "sneaker",
@@ -317,7 +316,7 @@ def main() -> int:
     p.add_argument("--kinds", default="vector,label,image")
     p.add_argument("--seconds", type=float, default=8.0, help="per cell (bounded)")
     p.add_argument("--max-requests", type=int, default=20000, help="per cell (bounded)")
-    p.add_argument("--write-readme", action="store_true")
+    add_results_flag(p, "load")
     args = p.parse_args()
     if not 0 < args.seconds <= 60:
         p.error("--seconds must be in (0, 60]")
@@ -338,7 +337,10 @@ def main() -> int:
                     f"{f}: missing (run `hypsearch demo --no-serve` first, or give --model/--index)"
                 )
         proc, url = start_server(
-            Path(args.model), Path(args.index), Path("/tmp/hypsearch-load-server.log"), {}
+            Path(args.model),
+            Path(args.index),
+            Path(tempfile.gettempdir()) / "hypsearch-load-server.log",
+            {},
         )
     try:
         import httpx
@@ -364,7 +366,8 @@ def main() -> int:
         if proc is not None:
             proc.terminate()
             proc.wait(30)
-    shown = " ".join(a for a in sys.argv[1:] if a != "--write-readme")
+    command = command_line("load.py")
+    shown = command.removeprefix("python benchmarks/load.py").strip()
     meta = {
         "date": dt.date.today().isoformat(),
         "cpu": cpu_model(),
@@ -375,7 +378,7 @@ def main() -> int:
         "args": f" {shown}" if shown else "",
         "load": (load_before, os.getloadavg()[0]),
     }
-    report(table(rows, meta), START, END, args.write_readme)
+    report(table(rows, meta), args.write_results, command=command)
     return 0
 
 

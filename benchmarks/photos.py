@@ -14,10 +14,14 @@ Throughput: ``model.embed`` on decoded photos of their own sizes (centre crop
 and resize to 224 px included), for each torch thread count and batch size.
 
     python benchmarks/photos.py --threads 1 2 --batch-sizes 1 8 16 32
-    python benchmarks/photos.py --write-readme
+    python benchmarks/photos.py --write-results
 
-Prints markdown tables; ``--write-readme`` puts them into README.md between
-``<!-- photos-bench:start -->`` and ``<!-- photos-bench:end -->``.
+Prints markdown tables; ``--write-results [NAME]`` also writes them to
+``benchmarks/results/NAME.md`` (``photos.md`` without a NAME).
+
+The grading is against the classifier's own top-1 class, not against a known
+kind of each photo: it measures whether the placement agrees with the
+backbone's prediction, not whether the prediction is right.
 
 ``--fashion-mnist``: instead, a hyperbolic head on the pretrained backbone, with
 the real commands (times are what a user sees; LABELS as in
@@ -29,9 +33,9 @@ taxonomy's cap construction when missing)::
     hypsearch eval --model MODEL --dataset fashion-mnist --split test --json
 
     python benchmarks/photos.py --fashion-mnist [--input-size 64] [--unfreeze 1]
-        [--limit 20000] [--threads 1] [--write-readme]
+        [--limit 20000] [--threads 1] [--write-results]
 
-into the block ``<!-- photos-fmnist:start -->`` ... ``<!-- photos-fmnist:end -->``.
+written to ``benchmarks/results/photos-fashion-mnist.md`` (or NAME.md).
 """
 
 from __future__ import annotations
@@ -49,13 +53,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import ROOT, cpu_model, report  # noqa: E402
+from _common import ROOT, add_results_flag, command_line, cpu_model, report  # noqa: E402
 
 from models.image_model import load_model  # noqa: E402
 from models.imaging import decode  # noqa: E402
 from models.prototypes import nearest_rows  # noqa: E402
-
-START, END = "<!-- photos-bench:start -->", "<!-- photos-bench:end -->"
 
 SKIMAGE = [
     "astronaut.png", "brick.png", "camera.png", "cell.png", "chelsea.png", "clock_motion.png",
@@ -165,9 +167,6 @@ def table(rows, detail, speed, when: str, model) -> str:
     return "\n".join(out)
 
 
-FM_START, FM_END = "<!-- photos-fmnist:start -->", "<!-- photos-fmnist:end -->"
-
-
 def fashion_mnist_head(args) -> str:
     """Train the head on the backbone (``hypsearch train``), evaluate it (``hypsearch
     eval``); a markdown table of the metrics of ``benchmarks/train.py``."""
@@ -227,10 +226,13 @@ def main() -> None:
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 16, 32])
     ap.add_argument("--images", type=int, default=64, help="images per throughput run")
-    ap.add_argument("--write-readme", action="store_true")
+    add_results_flag(ap, "photos")
     args = ap.parse_args()
     if args.fashion_mnist:
-        report(fashion_mnist_head(args), FM_START, FM_END, args.write_readme)
+        name = args.write_results
+        if name == "photos":
+            name = "photos-fashion-mnist"
+        report(fashion_mnist_head(args), name, command=command_line("photos.py"))
         return
     torch.set_num_threads(max(args.threads))
     t0 = time.perf_counter()
@@ -242,7 +244,11 @@ def main() -> None:
         print(r, flush=True)
     speed = throughput(model, photos, args.threads, args.batch_sizes, args.images)
     when = dt.date.today().isoformat()
-    report(table(rows, detail, speed, when, model), START, END, args.write_readme)
+    report(
+        table(rows, detail, speed, when, model),
+        args.write_results,
+        command=command_line("photos.py"),
+    )
 
 
 if __name__ == "__main__":

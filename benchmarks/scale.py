@@ -5,11 +5,13 @@ machine's interface otherwise)::
 
     ip netns add hs; ip netns exec hs ip link set lo up
     ip netns exec hs env PYTHONPATH=$PWD RAY_USAGE_STATS_ENABLED=0 \\
-        .venv/bin/python benchmarks/scale.py --model var/load/model.safetensors --write
+        .venv/bin/python benchmarks/scale.py --model var/load/model.safetensors --write-results
     ip netns del hs
 
 ``--limit N`` builds only the first N pictures of each split (default: all of
-Fashion-MNIST train + test, 70,000); ``--seconds`` is the length of each load run.
+Fashion-MNIST train + test, 70,000); ``--seconds`` is the length of each load run;
+``--write-results [NAME]`` also writes the tables to ``benchmarks/results/NAME.md``
+(``scale.md`` without a NAME).
 """
 
 from __future__ import annotations
@@ -28,12 +30,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import ROOT, cpu_model, report
+from _common import ROOT, add_results_flag, command_line, cpu_model, report
 
 sys.path.insert(0, str(ROOT))
-
-START = "<!-- scale:start -->"
-END = "<!-- scale:end -->"
 
 
 def equality(ray, shards: int, n: int = 5000, queries: int = 50) -> dict:
@@ -246,7 +245,7 @@ def main() -> int:
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--replicas", type=int, default=2)
-    ap.add_argument("--write", action="store_true", help="put the tables into README.md")
+    add_results_flag(ap, "scale")
     args = ap.parse_args()
     import ray
 
@@ -264,9 +263,8 @@ def main() -> int:
     lines = [
         f"Measured {datetime.date.today()} on {cpu_model()} ({os.cpu_count()} cores), "
         f"load average {os.getloadavg()[1]:.1f} over the last 5 minutes at the end "
-        "(other jobs included); `python benchmarks/scale.py "
-        + " ".join(sys.argv[1:])
-        + "` in a loopback-only network namespace, one local Ray cluster (2 CPUs).",
+        f"(other jobs included); `{command_line('scale.py')}` in a loopback-only "
+        "network namespace, one local Ray cluster (2 CPUs).",
         "",
         "| shards | items | answers equal to one index | ms/query single | ms/query sharded |",
         "| ---: | ---: | :---: | ---: | ---: |",
@@ -298,7 +296,7 @@ def main() -> int:
         lines.append(
             f"| {r['service']} | {r['qps']:.0f} | {r['p50']:.0f} | {r['p99']:.0f} | {r['errors']} |"
         )
-    report("\n".join(lines), START, END, args.write)
+    report("\n".join(lines), args.write_results, command=command_line("scale.py"))
     print(json.dumps({"equality": eq, "build": b, "services": sv}, default=str), file=sys.stderr)
     return 0
 

@@ -8,19 +8,20 @@ Runs the real commands (so the times are those a user sees)::
         --holdout sandal.n.01,shirt.n.01
     hypsearch eval --model M --dataset fashion-mnist --split test --json                      # each
 
-then prints a markdown table; ``--write-readme`` puts it into README.md between
-``<!-- train-bench:start -->`` and ``<!-- train-bench:end -->`` (appending the
-markers at the end when absent). LABELS defaults to
+then prints a markdown table; ``--write-results [NAME]`` also writes it to
+``benchmarks/results/NAME.md`` (without a NAME: ``train.md``, ``train-seeds.md``
+with ``--seeds``, ``train-objectives.md`` with ``--objectives --epochs N`` and
+``train-objectives-budget.md`` with ``--objectives`` under a time budget).
+LABELS defaults to
 ``$HYPSEARCH_HOME/labels.safetensors`` (trained on the default WordNet
 taxonomy with the default label configuration when missing).
 
-    python benchmarks/train.py [--threads N] [--jobs N] [--write-readme] [--reuse]
+    python benchmarks/train.py [--threads N] [--jobs N] [--write-results] [--reuse]
 
 With ``--objectives`` it trains instead the rows of :data:`OBJECTIVES` (the
 default and its twin, then each auxiliary objective, head, curvature and
-taxonomy of issue 12; ``--only a,b`` picks rows) one at a time under
-``--budget`` seconds each, evaluates each on the test split and writes one
-table between ``<!-- train-objectives:start -->`` and ``<!-- train-objectives:end -->``.
+taxonomy; ``--only a,b`` picks rows) one at a time under
+``--budget`` seconds each, evaluates each on the test split and prints one table.
 """
 
 from __future__ import annotations
@@ -36,15 +37,18 @@ import sys
 import time
 from pathlib import Path
 
-from _common import ROOT, cpu_model, report
+from _common import ROOT, add_results_flag, command_line, cpu_model, report
 
 HOLDOUT = "sandal.n.01,shirt.n.01"
-START, END = "<!-- train-bench:start -->", "<!-- train-bench:end -->"
-OBJ_START, OBJ_END = "<!-- train-objectives:start -->", "<!-- train-objectives:end -->"
-#: the objectives table under a time budget (the target protocol) has its own block
-OBJ_BUDGET_START = "<!-- train-objectives-budget:start -->"
-OBJ_BUDGET_END = "<!-- train-objectives-budget:end -->"
-SEED_START, SEED_END = "<!-- train-seeds:start -->", "<!-- train-seeds:end -->"
+
+
+def _results_name(args, mode: str) -> str | None:
+    """Where ``--write-results`` writes: the NAME given, else the mode's own file
+    (``train``, ``train-seeds``, ``train-objectives`` or ``train-objectives-budget``)."""
+    if args.write_results is None:
+        return None
+    return mode if args.write_results == "train" else args.write_results
+
 
 #: the seeds table: name, key in `hypsearch eval --json`, whether higher is better
 SEED_ROWS = [
@@ -309,7 +313,11 @@ def run_seeds(args, labels: Path, env: dict) -> int:
     used = sorted({s for _, s in all_jobs})
     by = {name: [evals[(name, s)] for s in used] for name in flags}
     trains = {name: [infos[(name, s)] for s in used] for name in flags}
-    report(seeds_table(by, used, trains), SEED_START, SEED_END, args.write_readme)
+    report(
+        seeds_table(by, used, trains),
+        _results_name(args, "train-seeds"),
+        command=command_line("train.py"),
+    )
     return 0
 
 
@@ -427,7 +435,7 @@ def objectives_table(res: dict, args) -> str:
     when = dt.datetime.now().strftime("%Y-%m-%d")
     cols = " | ".join(h for h, _ in OBJ_COLUMNS)
     lines = [
-        f"#### Objectives of issue 12 ({when}; {os.cpu_count()} CPUs, {cpu_model()}, torch "
+        f"#### Objectives ({when}; {os.cpu_count()} CPUs, {cpu_model()}, torch "
         f"threads {args.threads}, "
         + ("one run at a time, " if args.jobs <= 1 else f"{args.jobs} runs at a time, ")
         + (
@@ -513,8 +521,12 @@ def run_objectives(args, labels: Path, home: Path, env: dict) -> int:
     with ThreadPoolExecutor(max(1, args.jobs)) as pool:
         rows = list(pool.map(one, enumerate(names)))
     res = {name: r for name, r in zip(names, rows, strict=True) if r is not None}
-    marks = (OBJ_START, OBJ_END) if args.epochs else (OBJ_BUDGET_START, OBJ_BUDGET_END)
-    report(objectives_table(res, args), *marks, args.write_readme)
+    mode = "train-objectives" if args.epochs else "train-objectives-budget"
+    report(
+        objectives_table(res, args),
+        _results_name(args, mode),
+        command=command_line("train.py"),
+    )
     return 0
 
 
@@ -583,15 +595,13 @@ def main(argv=None) -> int:
         help="runs at a time (2 on 2 cores with --threads 1: the three runs take about "
         "two training budgets instead of three; each run then shares the machine)",
     )
-    ap.add_argument("--write-readme", action="store_true")
+    add_results_flag(ap, "train")
     ap.add_argument(
         "--speed",
         action="store_true",
         help="also time one epoch of 12,160 images at 1 and 2 threads",
     )
-    ap.add_argument(
-        "--objectives", action="store_true", help="the objectives table of issue 12 instead"
-    )
+    ap.add_argument("--objectives", action="store_true", help="the objectives table instead")
     ap.add_argument("--budget", type=float, default=180.0, help="--objectives: seconds a row")
     ap.add_argument(
         "--only",
@@ -690,7 +700,7 @@ def main(argv=None) -> int:
             info, _ = _run(_train_cmd(labels, out, threads, *limit), env)
             res["speed"][threads] = info["train_seconds"]
     res["loadavg"] = os.getloadavg()
-    report(table(res), START, END, args.write_readme)
+    report(table(res), _results_name(args, "train"), command=command_line("train.py"))
     return 0
 
 

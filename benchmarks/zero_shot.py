@@ -11,7 +11,7 @@ per held-out class:
 
 * **class or parent**: the first label ``/v1/embed`` answers (the deepest
   label whose cone holds the image's point) is the class or a parent of it
-  (issue 11's target: >= 0.6), and how often it is the class itself;
+  (target: >= 0.6), and how often it is the class itself;
 * **name search P@50**: ``POST /v1/search {"label": CLASS, "k": 50}``, the
   share of the 50 results whose label is the class (target >= 0.8);
 
@@ -19,7 +19,10 @@ and for the trained classes' images, how often the first label is their
 class (what the zero-shot rule costs them: ``--novelty-rate``).
 
     python benchmarks/zero_shot.py [--pairs sandal.n.01,shirt.n.01;...] [--jobs 2]
-        [--rates 0,0.1,0.2] [--seen 2000] [--write-readme]
+        [--rates 0,0.1,0.2] [--seen 2000] [--write-results]
+
+``--write-results [NAME]`` also writes the table to ``benchmarks/results/NAME.md``
+(``zero-shot.md`` without a NAME).
 """
 
 from __future__ import annotations
@@ -36,12 +39,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-from _common import ROOT, cpu_model, report
+from _common import ROOT, add_results_flag, command_line, cpu_model, report
 
 sys.path.insert(0, str(ROOT))
 
 DEFAULT_PAIRS = "sandal.n.01,shirt.n.01;gym_shoe.n.01,pullover.n.01"
-START, END = "<!-- zero-shot:start -->", "<!-- zero-shot:end -->"
 
 
 def _cli() -> list[str]:
@@ -226,8 +228,7 @@ def main() -> int:
         help="novelty rates to serve each model with (the same weights, the threshold set on "
         "its validation split; 0: no novelty rule), comma separated",
     )
-    ap.add_argument("--write-readme", action="store_true")
-    ap.add_argument("--readme", default=None)
+    add_results_flag(ap, "zero-shot")
     args = ap.parse_args()
     pairs = [p.strip() for p in args.pairs.split(";") if p.strip()]
     if not pairs or any(len(p.split(",")) != 2 for p in pairs):
@@ -276,9 +277,9 @@ def main() -> int:
         "machine": f"{os.uname().nodename} ({cpu_model()}, {os.cpu_count()} cores)",
         "load0": load0,
         "load1": os.getloadavg()[0],
-        "args": " ".join(sys.argv[1:]),
+        "args": command_line("zero_shot.py").removeprefix("python benchmarks/zero_shot.py "),
     }
-    report(table(results, meta), START, END, args.write_readme, args.readme)
+    report(table(results, meta), args.write_results, command=command_line("zero_shot.py"))
     return 0
 
 
