@@ -16,7 +16,11 @@ loopback-only network namespace, failed under CI).
 from __future__ import annotations
 
 import signal
+import threading
+import time
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -41,6 +45,8 @@ class Served:
     client: httpx.Client
     dim: int
     curvature: float
+    index: Path
+    ray: Any = None
 
     def items(self) -> int:
         return self.client.get("/v1/stats").json()["items"]
@@ -69,6 +75,7 @@ def server(request, tmp_path_factory, cluster):
         pytest.skip("the model checkpoint cannot be written")
     folder = tmp_path_factory.mktemp(f"rest-{request.param}")
     args = ["--model", str(art.model_path), "--index", str(folder / "index"), "--threads", "1"]
+    ray = None
     if request.param == "local":
         write_index(art, folder / "index", N)
     else:
@@ -85,7 +92,7 @@ def server(request, tmp_path_factory, cluster):
         srv.wait_ready(240 if request.param == "ray" else 120)
         with httpx.Client(base_url=srv.url, timeout=60) as c:
             curvature = c.get("/v1/stats").json()["curvature"]
-            yield Served(request.param, c, art.model.dim, curvature)
+            yield Served(request.param, c, art.model.dim, curvature, folder / "index", ray)
     finally:
         rc = srv.stop(signal.SIGTERM, timeout=180)
     if request.param == "ray":  # Serve, then the shards, stopped cleanly
@@ -303,3 +310,57 @@ def test_search_batch(server):
         assert a == c.post("/v1/search", json=s).json()
     r = c.post("/v1/search/batch", json={"searches": [searches[0], {"label": "snekaer"}]})
     assert r.status_code == 422 and _detail(r).startswith("searches[1].label"), r.text
+
+
+def test_a_shard_killed_during_queries_comes_back_with_every_item(server):
+    """Ray only: a shard's actor killed while searches run. Every search is answered
+    (200, or 503 naming the shard while it restarts), none hangs, none is a 500;
+    the restarted shard holds every item."""
+    if server.kind != "ray":
+        pytest.skip("a shard actor exists on the Ray server only")
+    import hashlib
+
+    c, ray = server.client, server.ray
+    before = server.items()
+    tag = hashlib.blake2b(str(server.index.resolve()).encode(), digest_size=4).hexdigest()
+    victim = ray.get_actor(f"hypsearch-shard-{tag}-0", namespace="hypsearch")
+    pid = ray.get(victim.info.remote())["pid"]
+    statuses: list[tuple[int, str, float]] = []
+    stop = threading.Event()
+
+    def searcher():
+        body = {"vector": [0.05] * server.dim, "k": 5, "mode": "nearest"}
+        while not stop.is_set():
+            t0 = time.monotonic()
+            r = c.post("/v1/search", json=body, timeout=120)
+            statuses.append((r.status_code, r.text, time.monotonic() - t0))
+
+    threads = [threading.Thread(target=searcher) for _ in range(2)]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)
+    ray.kill(victim, no_restart=False)  # Ray restarts it: the store is reopened
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            if ray.get(victim.info.remote(), timeout=5)["pid"] != pid:
+                break
+        except Exception:  # noqa: BLE001 - restarting
+            pass
+        time.sleep(0.2)
+    time.sleep(1.0)
+    stop.set()
+    for t in threads:
+        t.join(150)
+    assert not any(t.is_alive() for t in threads)
+    codes = {code for code, _, _ in statuses}
+    assert codes <= {200, 503}, [(code, text[:200]) for code, text, _ in statuses if code >= 400]
+    for code, text, _ in statuses:
+        if code == 503:
+            assert "shard 0 of 2" in text, text
+    assert statuses[-1][0] == 200  # answered again once the shard is back
+    assert max(s for _, _, s in statuses) < 90  # no hang
+    assert ray.get(victim.info.remote())["pid"] != pid
+    assert server.items() == before
+    r = c.post("/v1/count", json={"filter": {"must": [{"key": "label", "match": "bag.n.04"}]}})
+    assert r.status_code == 200 and r.json()["count"] > 0
