@@ -296,5 +296,7 @@ def create_app(
         max_body=settings.max_upload_bytes + MULTIPART_SLACK,
         max_json=settings.max_json_bytes,
         max_batch_json=settings.max_batch_bytes,
+        max_search_batch_json=settings.max_search_batch_bytes,
+        api_key=None if settings.api_key is None else settings.api_key.get_secret_value(),
     )
     return app

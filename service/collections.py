@@ -37,6 +37,7 @@ import datetime as _dt
 import hashlib
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -57,6 +58,7 @@ from indexing.swap import STEPS, recover, stage_path, swap_in, swap_lock
 from models.fileio import atomic_write_bytes
 
 from .errors import ApiError
+from .jsontext import loads_bounded
 from .runtime import Runtime, StartupError
 
 log = logging.getLogger("service")
@@ -209,6 +211,16 @@ def _now() -> str:
     return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _read_meta(path: Path) -> dict[str, Any] | None:
+    """A kept snapshot's metadata, or ``None`` when it is missing or malformed."""
+    try:
+        raw = path.read_bytes()
+        meta = json.loads(raw) if len(raw) <= MAX_CHECKSUMS_BYTES else None
+    except (OSError, ValueError, RecursionError):
+        return None
+    return meta if _meta_ok(meta) else None
+
+
 def _sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -255,6 +267,7 @@ class Collections:
         self._lock = threading.RLock()  # changes of the registry, one at a time
         self._default_lock = threading.Lock()  # in-place restores of the default collection
         self._entries: dict[str, _Entry] = {}
+        self._pending: set[str] = set()  # collections being created (outside the lock)
         self._aliases: dict[str, str] = {}
         self.loaded = threading.Event()
 
@@ -418,39 +431,52 @@ class Collections:
         self, name: str, space: str, model: str | None, taxonomy: str | list | None
     ) -> dict[str, Any]:
         check_name(name)
+        sp = _check_space(space, self.settings)
+        if not isinstance(sp, PoincareIndexSpace) and (model is not None or taxonomy):
+            raise ApiError(
+                422,
+                f"{'model' if model is not None else 'taxonomy'}: the product space "
+                f"{sp.spec} holds vectors only (models and taxonomies embed in one "
+                "Poincaré ball)",
+            )
         with self._lock:
-            if name == DEFAULT or name in self._entries:
+            if name == DEFAULT or name in self._entries or name in self._pending:
                 raise ApiError(409, f"name: a collection {name!r} exists already")
             if name in self._aliases:
                 raise ApiError(409, f"name: {name!r} is an alias")
-            sp = _check_space(space)
-            if not isinstance(sp, PoincareIndexSpace) and (model is not None or taxonomy):
-                raise ApiError(
-                    422,
-                    f"{'model' if model is not None else 'taxonomy'}: the product space "
-                    f"{sp.spec} holds vectors only (models and taxonomies embed in one "
-                    "Poincaré ball)",
-                )
-            folder = f"{name}-{uuid.uuid4().hex[:8]}"
-            rec: dict[str, Any] = {
-                "space": _space_name(sp),
-                "model": model,
-                "taxonomy_source": taxonomy
-                if isinstance(taxonomy, str)
-                else ("inline" if taxonomy is not None else None),
-                "folder": folder,
-                "index": f"index-{uuid.uuid4().hex[:8]}",
-                "created": _now(),
-            }
-            path = self.root / folder
-            try:
-                path.mkdir(parents=True)
-                if isinstance(sp, PoincareIndexSpace):
-                    self._place_labels(path, sp, model, taxonomy)
-                served = self._open(rec)
-            except BaseException:
-                shutil.rmtree(path, ignore_errors=True)
-                raise
+            self._pending.add(name)  # the name is taken; the slow work runs unlocked
+        try:
+            return self._create(name, sp, model, taxonomy)
+        finally:
+            with self._lock:
+                self._pending.discard(name)
+
+    def _create(
+        self, name: str, sp: IndexSpace, model: str | None, taxonomy: str | list | None
+    ) -> dict[str, Any]:
+        """The slow part of :meth:`create` (labels placed, index opened), outside the
+        registry lock; the registry is written under it."""
+        folder = f"{name}-{uuid.uuid4().hex[:8]}"
+        rec: dict[str, Any] = {
+            "space": _space_name(sp),
+            "model": model,
+            "taxonomy_source": taxonomy
+            if isinstance(taxonomy, str)
+            else ("inline" if taxonomy is not None else None),
+            "folder": folder,
+            "index": f"index-{uuid.uuid4().hex[:8]}",
+            "created": _now(),
+        }
+        path = self.root / folder
+        try:
+            path.mkdir(parents=True)
+            if isinstance(sp, PoincareIndexSpace):
+                self._place_labels(path, sp, model, taxonomy)
+            served = self._open(rec)
+        except BaseException:
+            shutil.rmtree(path, ignore_errors=True)
+            raise
+        with self._lock:
             entries = {**self._entries, name: _Entry(name, rec, served)}
             try:
                 self._write_registry(entries, self._aliases)
@@ -496,7 +522,7 @@ class Collections:
         check_name(alias, "alias")
         check_name(collection, "collection")
         with self._lock:
-            if alias == DEFAULT or alias in self._entries:
+            if alias == DEFAULT or alias in self._entries or alias in self._pending:
                 raise ApiError(409, f"alias: {alias!r} is the name of a collection")
             if collection in self._aliases:
                 raise ApiError(
@@ -576,6 +602,14 @@ class Collections:
                 except (ValueError, OSError) as e:
                     raise ApiError(422, f"taxonomy: {taxonomy}: {e}") from None
         if labels is None:
+            cells, most = len(tax) * sp.dim, self.settings.max_label_values
+            if cells > most:
+                raise ApiError(
+                    422,
+                    f"space: {len(tax):,} labels in {sp.dim:,} dimensions are {cells:,} "
+                    f"numbers to place, at most {most:,} (HYPSEARCH_MAX_LABEL_VALUES); "
+                    "use a smaller dimension or taxonomy",
+                )
             labels = _cap_labels(tax, sp)
         labels.save(folder / LABELS_FILE)
 
@@ -718,10 +752,9 @@ class Collections:
         snaps = self._snapshot_dir(self.resolve(name))
         out = []
         for p in sorted(snaps.glob("*.json")) if snaps.exists() else ():
-            try:
-                out.append(json.loads(p.read_text()))
-            except ValueError:
-                continue
+            meta = _read_meta(p)
+            if meta is not None:
+                out.append(meta)
         return out
 
     def snapshot_file(self, name: str, sid: str) -> tuple[Path, dict[str, Any]]:
@@ -729,9 +762,10 @@ class Collections:
             raise ApiError(422, f"snapshot: {sid!r} is not a snapshot id")
         snaps = self._snapshot_dir(self.resolve(name))
         meta, tar = snaps / f"{sid}.json", snaps / f"{sid}.tar"
-        if not meta.exists() or not tar.exists():
+        info = _read_meta(meta) if tar.exists() else None
+        if info is None:
             raise ApiError(404, f"snapshot: no snapshot {sid!r} of {name!r}")
-        return tar, json.loads(meta.read_text())
+        return tar, info
 
     def delete_snapshot(self, name: str, sid: str) -> dict[str, Any]:
         tar, _ = self.snapshot_file(name, sid)
@@ -741,35 +775,50 @@ class Collections:
 
     def restore(self, name: str, sid: str) -> dict[str, Any]:
         tar, _ = self.snapshot_file(name, sid)
-        return self._restore_tar(name, tar, sid)
+        out = self._restore_tar(name, tar, sid)
+        out.pop("space", None)
+        out.pop("created", None)
+        return out
 
     def restore_upload(self, name: str, upload: Path, sha256: str | None) -> dict[str, Any]:
-        """Restore an uploaded snapshot tar (kept as a snapshot of the collection)."""
+        """Restore an uploaded snapshot tar; it is kept as a snapshot of the collection
+        only once it restored, with what the restored index says (its space, its
+        count), never what the upload's ``checksums.json`` claims."""
         entry = self._entry(name)
         target = DEFAULT if entry is None else entry.name
         if sha256 is not None and _sha256_file(upload) != sha256.lower():
             raise ApiError(422, "sha256: the upload does not have the checksum given")
-        info = _verify_tar(upload, None)
-        snaps = self._snapshot_dir(target)
-        snaps.mkdir(parents=True, exist_ok=True)
+        _verify_tar(upload, None, self.settings.max_snapshot_bytes)  # 422 before any work
         now = _dt.datetime.now(_dt.UTC)
         sid = f"{now:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
-        dest = snaps / f"{sid}.tar"
-        shutil.move(upload, dest)
-        meta = {
-            "snapshot": sid,
-            "collection": target,
-            "space": info.get("space"),
-            "items": info.get("items"),
-            "created": info.get("created"),
-            "bytes": dest.stat().st_size,
-            "sha256": _sha256_file(dest),
-            "uploaded": _now(),
-        }
-        atomic_write_bytes(snaps / f"{sid}.json", json.dumps(meta).encode(), mode=0o644)
-        return self._restore_tar(target, dest, sid)
+        out = self._restore_tar(target, upload, sid)
+        try:
+            snaps = self._snapshot_dir(target)
+            snaps.mkdir(parents=True, exist_ok=True)
+            dest = snaps / f"{sid}.tar"
+            shutil.move(upload, dest)
+            meta = {
+                "snapshot": sid,
+                "collection": target,
+                "space": out.pop("space"),
+                "items": out["items"],
+                "created": out.pop("created"),
+                "bytes": dest.stat().st_size,
+                "sha256": _sha256_file(dest),
+                "uploaded": _now(),
+            }
+            atomic_write_bytes(snaps / f"{sid}.json", json.dumps(meta).encode(), mode=0o644)
+        except (OSError, ApiError, KeyError) as e:  # restored; only the copy is missing
+            log.warning("the restored upload %s was not kept as a snapshot: %s", sid, e)
+        out.pop("space", None)
+        out.pop("created", None)
+        return out
 
     def _restore_tar(self, name: str, tar: Path, sid: str) -> dict[str, Any]:
+        """Restore ``tar`` into the collection: extracted to a new folder, opened and
+        counted (the count must be the one ``checksums.json`` lists) before the
+        collection is switched to it. Answers also carry ``space`` and ``created``
+        (for the kept copy's metadata; the routes leave them out)."""
         entry = self._entry(name)
         if entry is None:
             return self._restore_default(tar, sid)
@@ -779,8 +828,13 @@ class Collections:
             new_index = f"index-{uuid.uuid4().hex[:8]}"
             stage = folder / new_index
             try:
-                _verify_tar(tar, stage)
-                served = self._open(rec, new_index)
+                sums = _verify_tar(tar, stage, self.settings.max_snapshot_bytes)
+                served = _open_staged(lambda: self._open(rec, new_index))
+                try:
+                    _check_count(sums, len(served.runtime))
+                except BaseException:
+                    served.close()
+                    raise
             except BaseException:
                 shutil.rmtree(stage, ignore_errors=True)
                 raise
@@ -810,6 +864,8 @@ class Collections:
             "snapshot": sid,
             "restored": True,
             "items": len(served.runtime),
+            "space": served.runtime.space_name,
+            "created": sums.get("created"),
         }
 
     def _restore_default(self, tar: Path, sid: str) -> dict[str, Any]:
@@ -854,10 +910,11 @@ class Collections:
         stage = stage_path(path)
         swapping = False
         try:
-            _verify_tar(tar, stage)
-            staged = HyperbolicIndex.load(stage)
+            sums = _verify_tar(tar, stage, self.settings.max_snapshot_bytes)
+            staged = _open_staged(lambda: HyperbolicIndex.load(stage))
             try:
                 got = _space_name(make_index_space(staged.dim, staged.curvature, staged.space))
+                _check_count(sums, len(staged))
             finally:
                 staged.close()
             if got != old.runtime.space_name:
@@ -881,6 +938,8 @@ class Collections:
             "snapshot": sid,
             "restored": True,
             "items": len(served.runtime),
+            "space": served.runtime.space_name,
+            "created": sums.get("created"),
         }
 
     def _swap_default(self, old: Served, path: Path, stage: Path) -> Served:
@@ -965,13 +1024,60 @@ def _space_name(sp: IndexSpace) -> str:
     return f"poincare:{sp.dim}@{sp.c:g}" if isinstance(sp, PoincareIndexSpace) else sp.spec
 
 
-def _check_space(space: str) -> IndexSpace:
+#: one factor of a space string: kind, dimension (7 digits at most), curvature
+_FACTOR = re.compile(r"^\s*([a-z]+)\s*:\s*([0-9]{1,7})\s*(?:@\s*([^\s,@]{1,32})\s*)?$")
+#: curvatures a space may have
+CURVATURE_RANGE = (1e-6, 1e6)
+
+
+def _space_bounds(space: str, max_dim: int, max_factors: int) -> None:
+    """422 for a space string past the bounds, before anything is built for it:
+    ``HYPSEARCH_MAX_SPACE_DIM`` dimensions in all, ``HYPSEARCH_MAX_SPACE_FACTORS``
+    factors, curvatures in :data:`CURVATURE_RANGE`."""
+    if not isinstance(space, str) or len(space) > 200:
+        raise ApiError(422, "space: expected a space string of at most 200 characters")
+    parts = space.split(",")
+    if len(parts) > max_factors:
+        raise ApiError(
+            422,
+            f"space: {len(parts)} factors, at most {max_factors} (HYPSEARCH_MAX_SPACE_FACTORS)",
+        )
+    total = 0
+    for part in parts:
+        m = _FACTOR.match(part)
+        if m is None:
+            raise ApiError(
+                422,
+                f"space: {part.strip()[:60]!r} is not kind:D or kind:D@c "
+                "(e.g. poincare:10@1.0; D at most 7 digits)",
+            )
+        total += int(m.group(2))
+        if m.group(3) is not None:
+            try:
+                c = float(m.group(3))
+            except ValueError:
+                raise ApiError(422, f"space: bad curvature {m.group(3)!r}") from None
+            lo, hi = CURVATURE_RANGE
+            if not (math.isfinite(c) and lo <= c <= hi):
+                raise ApiError(422, f"space: curvature {m.group(3)} is outside [{lo:g}, {hi:g}]")
+    if total > max_dim:
+        raise ApiError(
+            422,
+            f"space: {total:,} dimensions, at most {max_dim:,} (HYPSEARCH_MAX_SPACE_DIM; "
+            "vectors are at most 4,096 numbers)",
+        )
+
+
+def _check_space(space: str, settings=None) -> IndexSpace:
     """A collection's space: the Poincaré ball ``poincare:D[@c]`` (D >= 2) or a product
-    (``poincare:8,sphere:4,euclidean:4``: vectors only, no labels or model)."""
+    (``poincare:8,sphere:4,euclidean:4``: vectors only, no labels or model), within
+    the settings' bounds (:func:`_space_bounds`) when ``settings`` are given."""
+    if settings is not None:
+        _space_bounds(space, settings.max_space_dim, settings.max_space_factors)
     try:
         sp = make_index_space(None, 1.0, space)
-    except IndexInputError as e:
-        raise ApiError(422, f"space: {e}") from None
+    except (IndexInputError, ValueError, OverflowError) as e:
+        raise ApiError(422, f"space: {str(e)[:300]}") from None
     if sp.dim < 2:
         raise ApiError(422, f"space: {space!r}: the dimension must be at least 2")
     return sp
@@ -1015,23 +1121,94 @@ def _cap_labels(tax, sp: PoincareIndexSpace):
     return emb
 
 
-def _verify_tar(tar: Path, dest: Path | None) -> dict[str, Any]:
-    """Check a snapshot tar (plain files with safe names, each matching its sha256
-    in ``checksums.json``, nothing missing or extra); extract it to ``dest`` when
-    given. Returns ``checksums.json``. Raises a 422 :class:`ApiError`."""
+#: the files of an index folder a snapshot may hold (nothing else is extracted)
+_INDEX_FILE = re.compile(r"^(store\.sqlite3|manifest\.json|snapshot-[0-9]{1,20}-[0-9a-f]{8}\.bin)$")
+STORE_MEMBER = "store.sqlite3"
+#: checksums.json is read whole: at most this many bytes
+MAX_CHECKSUMS_BYTES = 1024 * 1024
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _checked_sums(sums: Any, bad: str) -> dict[str, Any]:
+    """``checksums.json``, its fields checked: ``files`` maps names to sha256 digests,
+    ``items`` is a count, ``space``, ``collection`` and ``created`` short strings (or
+    absent). Nothing of it is trusted beyond that: what a restore reports and keeps
+    is measured on the restored index."""
+    if not isinstance(sums, dict):
+        raise ApiError(422, f"{bad} (checksums.json is not an object)")
+    files = sums.get("files")
+    if not isinstance(files, dict) or not all(
+        isinstance(v, str) and _SHA256.match(v) for v in files.values()
+    ):
+        raise ApiError(422, f"{bad} (checksums.json: files is not a map of sha256 digests)")
+    items = sums.get("items")
+    if items is not None and (isinstance(items, bool) or not isinstance(items, int) or items < 0):
+        raise ApiError(422, f"{bad} (checksums.json: items is not a count)")
+    for key, most in (("space", 200), ("collection", 64), ("created", 40)):
+        v = sums.get(key)
+        if v is not None and (not isinstance(v, str) or len(v) > most):
+            raise ApiError(422, f"{bad} (checksums.json: {key} is not a string of at most {most})")
+    return {
+        "files": dict(files),
+        "items": items,
+        "space": sums.get("space"),
+        "collection": sums.get("collection"),
+        "created": sums.get("created"),
+    }
+
+
+def _verify_tar(tar: Path, dest: Path | None, max_bytes: int | None = None) -> dict[str, Any]:
+    """Check a snapshot tar and extract it to ``dest`` when given; returns its
+    ``checksums.json`` (checked: :func:`_checked_sums`). Raises a 422 :class:`ApiError`.
+
+    Only an index folder's own files (``store.sqlite3``, required; ``manifest.json``
+    and one ``snapshot-*.bin``, optional) and ``checksums.json`` are accepted, each a
+    regular member (no links, devices or sparse members, which could expand far past
+    the tar's size), each once, their sizes together within the tar's own size and
+    ``max_bytes`` (``HYPSEARCH_MAX_SNAPSHOT_BYTES``); ``checksums.json`` is read with
+    a bound and must list exactly those files, each matching its sha256."""
     bad = "snapshot: the upload is not a hypsearch snapshot"
     try:
+        size = tar.stat().st_size
         with tarfile.open(tar, "r:") as tf:
             members = tf.getmembers()
             names = [m.name for m in members]
             if CHECKSUMS_FILE not in names or len(set(names)) != len(names):
-                raise ApiError(422, f"{bad} (no checksums.json)")
+                raise ApiError(422, f"{bad} (no checksums.json, or a member twice)")
             for m in members:
-                if not m.isfile() or not _MEMBER.match(m.name):
-                    raise ApiError(422, f"{bad} (member {m.name!r})")
-            sums = json.loads(tf.extractfile(CHECKSUMS_FILE).read())
-            files = sums.get("files") if isinstance(sums, dict) else None
-            if not isinstance(files, dict) or set(files) != set(names) - {CHECKSUMS_FILE}:
+                if (
+                    m.type not in (tarfile.REGTYPE, tarfile.AREGTYPE)
+                    or m.issparse()
+                    or any(k.startswith("GNU.sparse") for k in m.pax_headers)
+                ):
+                    raise ApiError(422, f"{bad} (member {m.name[:100]!r} is not a regular file)")
+                if m.name != CHECKSUMS_FILE and not _INDEX_FILE.match(m.name):
+                    raise ApiError(
+                        422, f"{bad} (member {m.name[:100]!r} is not a file of an index folder)"
+                    )
+            if STORE_MEMBER not in names:
+                raise ApiError(422, f"{bad} (no {STORE_MEMBER}: it holds no items)")
+            total = sum(m.size for m in members)
+            if total > size:
+                raise ApiError(422, f"{bad} (its members are larger than the tar)")
+            if max_bytes is not None and total > max_bytes:
+                raise ApiError(
+                    413,
+                    f"snapshot: {total:,} bytes of files, over the limit of {max_bytes:,} "
+                    "(HYPSEARCH_MAX_SNAPSHOT_BYTES)",
+                )
+            info = tf.getmember(CHECKSUMS_FILE)
+            if info.size > MAX_CHECKSUMS_BYTES:
+                raise ApiError(422, f"{bad} (checksums.json is over {MAX_CHECKSUMS_BYTES:,} bytes)")
+            raw = tf.extractfile(info).read(MAX_CHECKSUMS_BYTES + 1)
+            sums = _checked_sums(
+                loads_bounded(
+                    raw, "snapshot: checksums.json", max_bytes=MAX_CHECKSUMS_BYTES, max_depth=8
+                ),
+                bad,
+            )
+            files = sums["files"]
+            if set(files) != set(names) - {CHECKSUMS_FILE}:
                 raise ApiError(422, f"{bad} (checksums.json does not list its files)")
             if dest is not None:
                 dest.mkdir(parents=True)
@@ -1042,7 +1219,12 @@ def _verify_tar(tar: Path, dest: Path | None) -> dict[str, Any]:
                 src = tf.extractfile(m)
                 out = open(dest / m.name, "wb") if dest is not None else None  # noqa: SIM115
                 try:
-                    for chunk in iter(lambda s=src: s.read(1 << 20), b""):
+                    left = m.size
+                    while left > 0:
+                        chunk = src.read(min(1 << 20, left))
+                        if not chunk:
+                            break
+                        left -= len(chunk)
                         h.update(chunk)
                         if out is not None:
                             out.write(chunk)
@@ -1057,5 +1239,48 @@ def _verify_tar(tar: Path, dest: Path | None) -> dict[str, Any]:
             if dest is not None:
                 fsync_dir(dest)
     except (tarfile.TarError, OSError, ValueError, UnicodeDecodeError, EOFError) as e:
-        raise ApiError(422, f"{bad} ({type(e).__name__}: {e})") from None
+        raise ApiError(422, f"{bad} ({type(e).__name__}: {str(e)[:200]})") from None
     return sums
+
+
+def _open_staged(open_it: Callable[[], Any]) -> Any:
+    """``open_it()`` (a restored index folder opened), any failure of a store that does
+    not open (garbage with a right checksum: SQLite's errors, a corrupt snapshot) a 422."""
+    try:
+        return open_it()
+    except ApiError:
+        raise
+    except Exception as e:  # noqa: BLE001 - whatever a malformed store raises
+        log.warning("a restored snapshot does not open: %s: %s", type(e).__name__, e)
+        raise ApiError(
+            422, f"snapshot: its index does not open ({type(e).__name__}: {str(e)[:200]})"
+        ) from None
+
+
+def _check_count(sums: dict[str, Any], got: int) -> None:
+    want = sums.get("items")
+    if want is not None and want != got:
+        raise ApiError(
+            422, f"snapshot: checksums.json lists {want:,} items, its store holds {got:,}"
+        )
+
+
+def _meta_ok(meta: Any) -> bool:
+    """Whether a kept snapshot's ``<id>.json`` has the fields and types listings show."""
+    if not isinstance(meta, dict):
+        return False
+    types = {
+        "snapshot": str,
+        "collection": str,
+        "sha256": str,
+        "bytes": int,
+    }
+    optional = {"space": str, "items": int, "created": str, "uploaded": str}
+    for k, t in types.items():
+        if not isinstance(meta.get(k), t) or isinstance(meta.get(k), bool):
+            return False
+    for k, t in optional.items():
+        v = meta.get(k)
+        if v is not None and (not isinstance(v, t) or isinstance(v, bool)):
+            return False
+    return True

@@ -17,6 +17,7 @@ comes from the ``X-Request-ID`` header or is made up, and is sent back in it.
 from __future__ import annotations
 
 import contextvars
+import hmac
 import itertools
 import json
 import logging
@@ -157,10 +158,37 @@ def setup_logging(level: str = "INFO", as_json: bool = True) -> None:
 
 #: paths (suffixes, so that prefixed copies match too) whose JSON bodies are batches
 BATCH_PATHS = ("/items/batch", "/search/batch")
+#: write routes that take large bodies: with an API key set, a request without the
+#: right key is answered 401 before its body is read (nothing of it is parsed)
+KEYED_BODY_PATHS = ("/items/batch", "/snapshots/upload")
+
+#: headers sent with every answer: the page loads only its own scripts, styles and
+#: pictures, is never framed, and no answer is sniffed as another type
+SECURITY_HEADERS = [
+    (
+        b"content-security-policy",
+        b"default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; "
+        b"connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
+        b"frame-ancestors 'none'",
+    ),
+    (b"x-content-type-options", b"nosniff"),
+    (b"x-frame-options", b"DENY"),
+    (b"referrer-policy", b"no-referrer"),
+]
+#: /docs (Swagger UI) starts itself with an inline script, and loads from a CDN when
+#: the swagger-ui-bundle package is missing
+DOCS_CSP = (
+    b"default-src 'self'; script-src 'self' 'unsafe-inline' https://cdn.jsdelivr.net; "
+    b"style-src 'self' 'unsafe-inline' https://cdn.jsdelivr.net; "
+    b"img-src 'self' data: https://fastapi.tiangolo.com; object-src 'none'; "
+    b"frame-ancestors 'none'"
+)
 
 
 class RequestMiddleware:
-    """Pure ASGI: request id, access log, latency histogram, body size cap (413)."""
+    """Pure ASGI: request id, access log, latency histogram, body size caps (413,
+    before anything is parsed: each route's own, sized to what it accepts), the API
+    key of large write bodies (401 before they are read) and security headers."""
 
     def __init__(
         self,
@@ -170,6 +198,8 @@ class RequestMiddleware:
         max_body: int,
         max_json: int | None = None,
         max_batch_json: int | None = None,
+        max_search_batch_json: int | None = None,
+        api_key: str | None = None,
     ) -> None:
         self.app = app
         self.metrics = metrics
@@ -179,6 +209,11 @@ class RequestMiddleware:
         self.max_json = max_body if max_json is None else min(max_json, max_body)
         # the batch routes (BATCH_PATHS) take many items in one body: their own cap
         self.max_batch_json = self.max_json if max_batch_json is None else max_batch_json
+        # /search/batch: at most HYPSEARCH_MAX_BATCH_SEARCHES searches, parsed on the loop
+        self.max_search_batch_json = (
+            self.max_batch_json if max_search_batch_json is None else max_search_batch_json
+        )
+        self.api_key = api_key.encode() if api_key else None
         self.log = logging.getLogger("service.access")
 
     async def __call__(self, scope, receive, send):
@@ -205,17 +240,31 @@ class RequestMiddleware:
                 except ValueError:
                     length = None
             elif k == b"content-type" and _is_json(v):
-                if scope["path"].endswith(BATCH_PATHS):
+                if scope["path"].endswith("/search/batch"):
+                    limit = self.max_search_batch_json
+                    setting = "HYPSEARCH_MAX_SEARCH_BATCH_BYTES"
+                elif scope["path"].endswith(BATCH_PATHS):
                     limit, setting = self.max_batch_json, "HYPSEARCH_MAX_BATCH_BYTES"
                 else:
                     limit, setting = self.max_json, "HYPSEARCH_MAX_JSON_BYTES"
         too_big = length is not None and length > limit
+        unauthorized = (
+            self.api_key is not None
+            and scope["method"] in ("POST", "PUT")
+            and scope["path"].endswith(KEYED_BODY_PATHS)
+            and not _has_key(scope, self.api_key)
+        )
+        docs = scope["path"] in ("/docs", "/redoc") or scope["path"].startswith("/static/swagger")
 
         async def send_wrapper(message):
             if message["type"] == "http.response.start":
                 status["code"] = message["status"]
                 headers = list(message.get("headers", []))
                 headers.append((b"x-request-id", rid.encode()))
+                have = {k.lower() for k, _ in headers}
+                for k, v in SECURITY_HEADERS:
+                    if k not in have:
+                        headers.append((k, DOCS_CSP if docs and k == SECURITY_HEADERS[0][0] else v))
                 message = {**message, "headers": headers}
             await send(message)
 
@@ -230,7 +279,16 @@ class RequestMiddleware:
             return message
 
         try:
-            if too_big:
+            if unauthorized:
+                await _drain(receive, DRAIN_FACTOR * self.max_json)
+                await _send_json(
+                    send_wrapper,
+                    401,
+                    "authorization: this write needs 'Authorization: Bearer <API key>' "
+                    "(missing or wrong)",
+                    [(b"www-authenticate", b"Bearer")],
+                )
+            elif too_big:
                 # read (and drop) the body first: once the answer is complete the
                 # server stops reading and closes, and the client sees a reset
                 await _drain(receive, DRAIN_FACTOR * limit)
@@ -290,15 +348,29 @@ def _too_large(limit: int, setting: str = "HYPSEARCH_MAX_UPLOAD_BYTES") -> str:
     return f"request body is over the limit of {limit:,} bytes ({setting})"
 
 
+def _has_key(scope, key: bytes) -> bool:
+    """Whether the request carries ``Authorization: Bearer <key>``."""
+    for k, v in scope.get("headers", ()):
+        if k == b"authorization":
+            scheme, _, token = v.partition(b" ")
+            return scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), key)
+    return False
+
+
 async def _send_413(send, detail: str) -> None:
+    await _send_json(send, 413, detail)
+
+
+async def _send_json(send, status: int, detail: str, headers=()) -> None:
     body = json.dumps({"detail": detail}).encode()
     await send(
         {
             "type": "http.response.start",
-            "status": 413,
+            "status": status,
             "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),
+                *headers,
             ],
         }
     )

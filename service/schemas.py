@@ -449,7 +449,9 @@ class SearchBatchIn(BaseModel):
 
     searches: list[SearchIn] = Field(
         min_length=1,
-        description="searches, answered in order (at most HYPSEARCH_MAX_BATCH_SEARCHES)",
+        max_length=10_000,
+        description="searches, answered in order (at most HYPSEARCH_MAX_BATCH_SEARCHES; "
+        "the body at most HYPSEARCH_MAX_SEARCH_BATCH_BYTES)",
     )
 
 

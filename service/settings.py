@@ -82,9 +82,10 @@ class Settings(BaseSettings):
     max_window: int = Field(default=10_000, ge=1, description="offset + k at most")
     # hard inputs (issue 32; docs/operations.md, "Limits")
     max_search_batch_bytes: int = Field(
-        default=4 * 1024 * 1024,
+        default=1024 * 1024,
         ge=1,
-        description="JSON body of /search/batch above this: 413 before it is parsed",
+        description="JSON body of /search/batch above this: 413 before it is parsed "
+        "(100 searches of vectors up to ~500 dimensions)",
     )
     max_json_depth: int = Field(
         default=32, ge=2, description="nesting of a JSON text sent in a form field or a cursor"
@@ -118,6 +119,11 @@ class Settings(BaseSettings):
         default=4096, ge=2, description="dimension of a collection's space (all factors)"
     )
     max_space_factors: int = Field(default=16, ge=1, description="factors of a product space")
+    max_label_values: int = Field(
+        default=20_000_000,
+        ge=1,
+        description="labels x dimension a new collection places (the cap construction)",
+    )
     max_snapshot_bytes: int = Field(
         default=16 * 1024 * 1024 * 1024,
         ge=1,

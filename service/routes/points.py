@@ -314,7 +314,7 @@ def decode_cursor(cursor: str | None, settings) -> str | None:
     response_model_exclude_unset=True,
     summary="List every item (passing a filter) page by page, with a stable cursor",
     responses={
-        400: {"model": ErrorOut, "description": "a cursor this service did not give out, or expired"},
+        400: {"model": ErrorOut, "description": "a cursor the service did not give, or expired"},
         503: {"model": ErrorOut, "description": "still loading"},
     },
 )

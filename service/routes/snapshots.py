@@ -70,6 +70,7 @@ WRITE = {
         "model": ErrorOut,
         "description": "the default collection: an index job or another restore is running",
     },
+    413: {"model": ErrorOut, "description": "its files are over HYPSEARCH_MAX_SNAPSHOT_BYTES"},
     422: {"model": ErrorOut, "description": "not a snapshot, corrupt, or another space"},
     503: {"model": ErrorOut, "description": "requests still used the old index after 60 s"},
 }
