@@ -132,6 +132,7 @@ class LabelCones:
                 self._children.setdefault(up, []).append(name)
         self._held: dict[str, frozenset[str]] = {}
         self._apertures: dict[str, float] = {}
+        self._holder_table = None  # models.prototypes.holder_table, built at first use
 
     @property
     def family(self) -> str:
@@ -190,11 +191,13 @@ class LabelCones:
     def holding_labels(self, x: np.ndarray) -> list[str | None]:
         """The deepest label whose cone holds each row of ``x`` (float64 ``(n,
         dim)`` points; ``None`` where no root's cone holds it)."""
-        from models.prototypes import deepest_holder
+        from models.prototypes import deepest_holder, holder_table
 
         x = np.ascontiguousarray(x, dtype=np.float64).reshape(-1, self.dim)
         if len(x) == 0:
             return []
+        if self._holder_table is None:  # once: the cones never change
+            self._holder_table = holder_table(self.labels, self._children)
         return deepest_holder(
             x,
             self.labels,
@@ -202,6 +205,7 @@ class LabelCones:
             self._children,
             self.spec,
             self.curvature,
+            table=self._holder_table,
             fallback=lambda rows: [None] * len(rows),
         )
 

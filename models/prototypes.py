@@ -160,6 +160,20 @@ def _children_table(
     return kids, np.flatnonzero(~is_child).tolist()
 
 
+def holder_table(
+    label_names: Sequence[str], children_of: Mapping[str, Iterable[str]] | Callable
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(deg, ptr, flat)``: the children of each label (and, as row ``len(names)``,
+    the roots) in compressed rows, as :func:`deepest_holder` descends them."""
+    kids, roots = _children_table(list(label_names), children_of)
+    lists = [*kids, roots]  # the last row: a virtual root above the roots
+    deg = np.array([len(k) for k in lists], dtype=np.int64)
+    ptr = np.zeros(len(lists) + 1, dtype=np.int64)
+    np.cumsum(deg, out=ptr[1:])
+    flat = np.fromiter((j for k in lists for j in k), dtype=np.int64, count=int(ptr[-1]))
+    return deg, ptr, flat
+
+
 def deepest_holder(
     points,
     label_names: Sequence[str],
@@ -170,8 +184,12 @@ def deepest_holder(
     *,
     fallback: Callable[[np.ndarray], list[str]] | None = None,
     tol: float = 0.0,
+    table: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
 ) -> list[str]:
     """The deepest label whose cone holds each point (see the module docstring), (n,) names.
+
+    ``table``: :func:`holder_table` of ``label_names`` and ``children_of``, when the
+    caller keeps it (built here otherwise: O(labels), the most of a one-point call).
 
     A descent: each level computes the margins of the points still moving
     against the children of their current label only (ties to the first
@@ -184,13 +202,12 @@ def deepest_holder(
     x = np.asarray(points, dtype=np.float64).reshape(-1, lp.shape[1])
     if len(names) == 0:
         raise ValueError("deepest_holder needs at least one label")
-    kids, roots = _children_table(names, children_of)
+    if table is None:
+        table = holder_table(names, children_of)
     m = len(names)
-    lists = [*kids, roots]  # row m: a virtual root above the roots
-    deg = np.array([len(k) for k in lists], dtype=np.int64)
-    ptr = np.zeros(m + 2, dtype=np.int64)
-    np.cumsum(deg, out=ptr[1:])
-    flat = np.fromiter((j for k in lists for j in k), dtype=np.int64, count=int(ptr[-1]))
+    deg, ptr, flat = table
+    if len(deg) != m + 1:
+        raise ValueError(f"deepest_holder: a table of {len(deg) - 1} labels for {m} labels")
     cur = np.full(len(x), m, dtype=np.int64)
     active = np.flatnonzero(deg[cur] > 0)
     budget = max(1, _CHUNK // max(1, lp.shape[1]))  # (point, child) pairs at a time
