@@ -47,6 +47,8 @@ from models.prototypes import Prototypes, label_cone_spec, prediction_labels
 from models.taxonomy import Taxonomy, with_words
 from models.wordnet import WordResolver
 
+from .group_commit import GroupCommit
+
 log = logging.getLogger("service")
 
 __all__ = ["HOLD_SHARE", "Runtime", "StartupError", "label_cones", "open_runtime"]
@@ -149,6 +151,7 @@ class Runtime:
         if ball_model and hasattr(model, "search_points"):
             self._search = model.search_points().detach().cpu().double().numpy()
         self._write_lock = threading.Lock()  # one write at a time (index, then tallies)
+        self._commits = GroupCommit(self._write_lock, self._apply_upsert, self._check_live)
         self._tally_lock = threading.Lock()  # tallies change or are copied under it
         self._item_label: dict[str, str | None] = {}
         self._counts: Counter[str] = Counter()
@@ -180,6 +183,7 @@ class Runtime:
         self.image_dir = Path(image_dir) if image_dir is not None else None
         self.data_dir = Path(data_dir) if data_dir is not None else None
         self._write_lock = threading.Lock()
+        self._commits = GroupCommit(self._write_lock, self._apply_upsert, self._check_live)
         self._tally_lock = threading.Lock()
         self._item_label = {}
         self._counts = Counter()
@@ -402,16 +406,20 @@ class Runtime:
     ) -> None:
         """Upsert through the index (durable when this returns), then update the
         tallies. Raises :class:`indexing.IndexInputError` on bad input (a label
-        given in a product space: the 422 of :meth:`no_labels`)."""
+        given in a product space: the 422 of :meth:`no_labels`). Concurrent upserts
+        are written together, one transaction and one fsync for all
+        (:mod:`service.group_commit`)."""
         if self.product and any(lab is not None for lab in labels):
             raise self.no_labels("label")
-        with self._write_lock:
-            self._check_live()
-            self.index.add(vectors, list(ids), labels=list(labels), payloads=payloads)
-            with self._tally_lock:
-                for i, lab in zip(ids, labels, strict=True):
-                    self._tally(i, lab)
-                self._version += 1
+        self._commits.submit(ids, vectors, labels, payloads)
+
+    def _apply_upsert(self, ids, vectors, labels, payloads) -> None:
+        """One group of upserts (unique ids; the write lock held): index, then tallies."""
+        self.index.add(vectors, ids, labels=labels, payloads=payloads)
+        with self._tally_lock:
+            for i, lab in zip(ids, labels, strict=True):
+                self._tally(i, lab)
+            self._version += 1
 
     def delete(self, ids: Iterable[str]) -> int:
         ids = list(ids)
