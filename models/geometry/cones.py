@@ -5,7 +5,7 @@ The cone of a point :math:`x` holds the points :math:`y` whose geodesic from
 origin through :math:`x`. Ganea et al. work in the unit ball; for curvature
 :math:`-c` everything is evaluated on :math:`z = \sqrt c\,x` (the map
 :math:`x \mapsto \sqrt c\,x` is a similarity of the two balls, so angles are the
-same), as ``shared/testdata/geometry_reference.json`` does:
+same), as ``tests/data/geometry_reference.json`` does:
 
 .. math::
 

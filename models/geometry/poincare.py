@@ -7,7 +7,7 @@ float32 and float64 both work; float64 keeps points within 1e-15 relative of
 the boundary (hyperbolic radius up to 35/√c), float32 within 1e-6 (14.5/√c;
 see :mod:`models.geometry.numerics`).
 
-Conventions (those of ``shared/testdata/geometry_reference.json``)::
+Conventions (those of ``tests/data/geometry_reference.json``)::
 
     g(x)        = 1 - c|x|^2                     (the "gap", computed without cancellation)
     lambda_x    = 2 / g(x)
@@ -40,7 +40,7 @@ step subtracts nearly equal numbers; the identities are exact):
 
 geoopt's ``PoincareBall`` remains the tool for Riemannian optimisation; its
 float64 ``dist`` saturates near 16.8/√c and its ``logmap`` loses up to 22 %
-near the boundary (``shared/testdata/README.md``), so none of the functions
+near the boundary (``tests/data/README.md``), so none of the functions
 here delegate to it (κ ≥ 0 lives in :mod:`models.geometry.stereographic`).
 
 References
