@@ -138,6 +138,6 @@ def write_results(name: str, body: str, *, command: str, title: str | None = Non
     ]
     path = RESULTS / f"{name}.md"
     tmp = path.with_suffix(".md.tmp")
-    tmp.write_text("\n".join(head) + body.rstrip("\n") + "\n", encoding="utf-8")
+    tmp.write_text("\n".join(head) + "\n" + body.rstrip("\n") + "\n", encoding="utf-8")
     os.replace(tmp, path)
     return path

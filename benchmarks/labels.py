@@ -35,6 +35,8 @@ from _common import ROOT, add_results_flag, command_line, cpu_model, report
 
 sys.path.insert(0, str(ROOT))
 
+TITLE = "Label embeddings: reconstruction and cone containment"
+
 from models.defaults import default_taxonomy  # noqa: E402
 from models.labels import (  # noqa: E402
     LabelEmbedding,
@@ -187,6 +189,7 @@ def main() -> None:
             table(rows, args.when or dt.date.today().isoformat()),
             args.write_results,
             command=command_line("labels.py"),
+            title=TITLE,
         )
         return
     if args.threads:
@@ -210,7 +213,7 @@ def main() -> None:
             if g:
                 rows.append(g)
                 print(json.dumps(g), flush=True)
-    report(table(rows, when), args.write_results, command=command_line("labels.py"))
+    report(table(rows, when), args.write_results, command=command_line("labels.py"), title=TITLE)
 
 
 if __name__ == "__main__":

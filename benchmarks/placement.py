@@ -16,7 +16,7 @@ Then evaluate each with ``hypsearch eval --model M --dataset fashion-mnist
 --split test --json``. Prints the calibration (grid of confidence, validation
 in-class share, validation in-another-class share) as JSON.
 
-    python benchmarks/placement.py --model MODEL --out-prefix var/bench/placement/model [--quantile 0.99]
+    python benchmarks/placement.py --model MODEL --out-prefix var/bench/pl/model [--quantile 0.99]
 
 ``--test-grid`` also prints, on the test split, for each (confidence,
 novelty) of a small grid: the share of held-out classes' images placed at
