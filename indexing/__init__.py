@@ -99,7 +99,8 @@ backend while holding the write lock: searches wait for it.
 
 Modules
 -------
-:mod:`.index` (the public class, locks), :mod:`.validation` (input checks),
+:mod:`.index` (the public class, locks), :mod:`.interface` (``Index``: the
+Protocol every index implements, :mod:`.sharded` included), :mod:`.validation` (input checks),
 :mod:`.backend_choice` (``auto`` and the backend parameters), :mod:`.store`
 (SQLite), :mod:`.table` (the in-memory items), :mod:`.live` (applying writes,
 compaction, k-NN), :mod:`.snapshot` (snapshot files, manifest, restore),
