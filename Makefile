@@ -16,7 +16,8 @@ run: setup
 	$(BIN)/hypsearch demo
 
 # As root, the suite runs in a network namespace of its own that has only lo
-# (Ray binds the machine's interface otherwise; its tests skip outside one).
+# (Ray binds the machine's interface otherwise; its tests skip outside one, and fail
+# there under CI=true, where a cluster is expected: tests/ray_support.py).
 test: lint browser
 	@if [ "$$(id -u)" = 0 ] && command -v ip >/dev/null && ip netns add hypsearch-test-$$$$ 2>/dev/null; then \
 	  ns=hypsearch-test-$$$$; ip netns exec $$ns ip link set lo up; \
