@@ -157,8 +157,9 @@ TEMP = re.compile(re.escape("/" + "tmp/"))
 
 
 def test_nothing_points_outside_the_repository():
-    """No link to ``../shared`` or to a machine-local folder; tests may name a
-    temporary folder (Ray's socket paths need a short one), nothing else may."""
+    """No link to the shared folder beside the checkout or to a machine-local
+    folder; tests may name a temporary folder (Ray's socket paths need a short
+    one), nothing else may."""
     bad = []
     for path in _tracked(
         "README.md", "docs", "models", "indexing", "service", "benchmarks", "tests"
