@@ -24,12 +24,18 @@ far outside, in units of the aperture).
 The entailment ranking (:func:`entailment_order`)
 -------------------------------------------------
 1. The held items (holding label: the apex or a label its cone holds,
-   :meth:`indexing.cones.LabelCones.held_by`), spread over the apex's
-   **branches**: a branch is a cone child of the apex (the child on the item's
-   holding label's cone chain), or the apex itself for items no child's cone
-   holds. Round robin by firmness: round ``r`` holds the ``r``-th firmest item
-   of every branch that has one, ordered by firmness; so every branch holding
-   items shows within the first ``B`` results (``B`` branches).
+   :meth:`indexing.cones.LabelCones.held_by`), spread over the tree of cones
+   below the apex, recursively: a node's order is a **round robin** over its
+   child branches (round ``r`` holds the ``r``-th item of every child's own
+   order, firmest first), so every branch holding items shows within the
+   first ``B`` results (``B`` branches), and every grandchild soon after;
+   the node's **own** items (held by its cone and by no child's: for a leaf
+   label all of them, for a general label the items the model could not place
+   below it) are merged into that order at their share of the node's items
+   (a node whose own items are a tenth of its items gets every tenth place),
+   firmest first. So the uncertain few that a model leaves at a general label
+   stay behind the classes below it, and a class that has a child class
+   (``shirt.n.01`` over ``jersey.n.03``) shows both, one for one.
 2. Then every other item, least far outside first (firmness descending).
 
 Ties are broken by id. Each index computes, over its own items, the firmest
@@ -40,7 +46,7 @@ candidates, so one rule serves both (:func:`merge_candidates`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -55,7 +61,7 @@ from .table import ItemTable
 __all__ = [
     "Candidates",
     "EntailmentHit",
-    "branch_of_holders",
+    "path_below",
     "candidates",
     "entailment_order",
     "merge_candidates",
@@ -75,34 +81,44 @@ class EntailmentHit(NamedTuple):
 
 @dataclass
 class Candidates:
-    """The firmest ``want`` items of each branch (held) and of the outside, from
-    one index: lists of ``(firmness, id, distance)`` sorted by (firmness desc, id),
-    and the number of items each branch holds (before the cut)."""
+    """The firmest ``want`` items of each holding label the apex's cone holds, and
+    of the outside, from one index: lists of ``(firmness, id, distance)`` sorted
+    by (firmness desc, id); the number of items each holding label has (before
+    the cut); and each holding label's path below the apex (its cone chain from
+    the apex's child down to it; ``()`` for the apex itself)."""
 
-    branches: dict[str, list[tuple[float, str, float]]] = field(default_factory=dict)
+    held: dict[str, list[tuple[float, str, float]]] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
+    paths: dict[str, tuple[str, ...]] = field(default_factory=dict)
     outside: list[tuple[float, str, float]] = field(default_factory=list)
     n_outside: int = 0
+    apex: str = ""
 
     @property
     def n_held(self) -> int:
         return sum(self.counts.values())
 
+    def branch(self, holder: str) -> str:
+        """The apex's branch of a holding label: its cone child on the path, or the apex."""
+        path = self.paths.get(holder, ())
+        return path[0] if path else self.apex
 
-def branch_of_holders(cones: LabelCones, apex: str, holders: Iterable[str]) -> dict[str, str]:
-    """``holder -> branch`` for the holding labels ``holders`` held by ``apex``'s cone:
-    the cone child of ``apex`` on the holder's cone chain, or ``apex`` itself (the
-    apex, or a label held without the apex on its chain)."""
-    out: dict[str, str] = {}
-    for h in holders:
-        ch = cones.chain(h) if h in cones.row else (h,)
-        branch = apex
-        for j, lab in enumerate(ch):
-            if lab == apex:
-                branch = ch[j - 1] if j > 0 else apex
-                break
-        out[h] = branch
-    return out
+    def branch_counts(self) -> dict[str, int]:
+        """Items held under each branch (the apex's own included, keyed by the apex)."""
+        out: dict[str, int] = {}
+        for h, n in self.counts.items():
+            b = self.branch(h)
+            out[b] = out.get(b, 0) + n
+        return out
+
+
+def path_below(cones: LabelCones, apex: str, holder: str) -> tuple[str, ...]:
+    """The cone chain of ``holder`` from the apex's child down to it (``()`` for the
+    apex itself, or for a label held without the apex on its chain)."""
+    ch = cones.chain(holder) if holder in cones.row else (holder,)
+    if apex not in ch:
+        return ()
+    return tuple(reversed(ch[: ch.index(apex)]))
 
 
 def top_firm(f: np.ndarray, ids: np.ndarray, want: int) -> np.ndarray:
@@ -129,29 +145,27 @@ def candidates(
     *,
     only: np.ndarray | None = None,
     outside: bool = True,
+    extra: Sequence[tuple[str, Sequence[str]]] = (),
 ) -> Candidates:
     """The :class:`Candidates` of one index's ``table`` for the cone of ``apex``
     (a label with a point), distances measured from ``query`` (a ``(dim,)``
     point); ``only``: a boolean mask over the slots (filters); ``outside``: also
-    rank the items outside the cone (when the page may reach past the held ones)."""
-    if apex not in cones.row:
-        raise IndexInputError(f"label: {apex!r} has no point (no cone to rank by)")
+    rank the items outside the cone (when the page may reach past the held ones);
+    ``extra``: ``(label, path)`` pairs, more cones whose items count as held
+    (a taxonomy's descendants of the apex that the apex's cone cannot hold: a
+    node whose cone lies under its other parent), each item's firmness then
+    measured in that label's cone and its path below the apex ``path`` + its
+    path below that label."""
+    for a in [apex, *(a for a, _ in extra)]:
+        if a not in cones.row:
+            raise IndexInputError(f"label: {a!r} has no point (no cone to rank by)")
     c = cones.curvature
-    held_labels = [h for h in cones.held_by(apex) if h in table.by_holder]
-    branch = branch_of_holders(cones, apex, held_labels)
-    per: dict[str, list[int]] = {}
-    for h in held_labels:
-        per.setdefault(branch[h], []).extend(table.by_holder[h])
-    out = Candidates()
+    out = Candidates(apex=apex)
     q = np.asarray(query, dtype=np.float64).reshape(-1)
     id_arr = table.id_array()
 
-    def rank(slots: np.ndarray, k: int, clip: bool) -> list[tuple[float, str, float]]:
-        if only is not None and len(slots):
-            slots = slots[only[slots]]
-        if len(slots) == 0:
-            return []
-        f = cones.firmness(apex, table.vectors[slots])
+    def rank(slots: np.ndarray, k: int, clip: bool, a: str = apex) -> list:
+        f = cones.firmness(a, table.vectors[slots])
         if clip:  # held by its holder: inside (a rounding hair below 0 is 0)
             f = np.clip(f, 0.0, 1.0)
         ids = id_arr[slots]
@@ -160,14 +174,26 @@ def candidates(
         return list(zip(f[pos].tolist(), ids[pos].tolist(), d.tolist(), strict=True))
 
     held_slots: list[np.ndarray] = []
-    for b, slots_l in per.items():
-        slots = np.fromiter(slots_l, dtype=np.int64, count=len(slots_l))
+    sources = [(apex, ()), *((a, tuple(p)) for a, p in extra)]
+    holders: set[str] = set()
+    for a, _ in sources:
+        holders |= cones.held_by(a)
+    for h in sorted(holders):
+        got = table.by_holder.get(h)
+        if not got:
+            continue
+        # the first source on the holder's cone chain ranks it (else the apex's own)
+        chain = set(cones.chain(h)) if h in cones.row else {h}
+        a, prefix = next(((a, p) for a, p in sources if a in chain), (apex, ()))
+        slots = np.fromiter(got, dtype=np.int64, count=len(got))
         slots.sort()
         held_slots.append(slots)
-        n = len(slots) if only is None else int(only[slots].sum())
-        if n:
-            out.counts[b] = n
-            out.branches[b] = rank(slots, want, True)
+        if only is not None:
+            slots = slots[only[slots]]
+        if len(slots):
+            out.counts[h] = len(slots)
+            out.paths[h] = prefix + path_below(cones, a, h)
+            out.held[h] = rank(slots, want, True, a)
     if outside:
         alive = table.alive[: table.n_slots].copy()
         for s in held_slots:
@@ -176,48 +202,100 @@ def candidates(
             alive &= only[: table.n_slots]
         rest = np.nonzero(alive)[0]
         out.n_outside = len(rest)
-        out.outside = rank(rest, want, False)
+        if len(rest):
+            out.outside = rank(rest, want, False)
     return out
+
+
+def _by_firmness(t: tuple[float, str, float]) -> tuple[float, str]:
+    return -t[0], t[1]
 
 
 def merge_candidates(parts: Sequence[Candidates], want: int) -> Candidates:
     """The candidates of the union of the indexes ``parts`` came from."""
-    out = Candidates()
-    key = lambda t: (-t[0], t[1])  # noqa: E731
+    out = Candidates(apex=parts[0].apex if parts else "")
     for p in parts:
-        for b, n in p.counts.items():
-            out.counts[b] = out.counts.get(b, 0) + n
-            out.branches.setdefault(b, []).extend(p.branches.get(b, []))
+        for h, n in p.counts.items():
+            out.counts[h] = out.counts.get(h, 0) + n
+            out.paths[h] = p.paths[h]
+            out.held.setdefault(h, []).extend(p.held.get(h, []))
         out.outside.extend(p.outside)
         out.n_outside += p.n_outside
-    for b in out.branches:
-        out.branches[b] = sorted(out.branches[b], key=key)[:want]
-    out.outside = sorted(out.outside, key=key)[:want]
+    for h in out.held:
+        out.held[h] = sorted(out.held[h], key=_by_firmness)[:want]
+    out.outside = sorted(out.outside, key=_by_firmness)[:want]
     return out
 
 
-def entailment_order(cand: Candidates, want: int, *, spread: bool = True) -> list[EntailmentHit]:
+def _round_robin(lists: list[list], want: int) -> list:
+    """Round ``r``: the ``r``-th entry of each list that has one, by firmness."""
+    out: list = []
+    depth = 0
+    while len(out) < want:
+        rnd = [v[depth] for v in lists if depth < len(v)]
+        if not rnd:
+            break
+        rnd.sort(key=lambda e: _by_firmness(e[0]))
+        out += rnd
+        depth += 1
+    return out[:want]
+
+
+def _stride(own: list, rest: list, share: float, want: int) -> list:
+    """``own`` merged into ``rest`` at its ``share`` of the positions (in order:
+    the next entry is ``own``'s while it has had less than its share)."""
+    out: list = []
+    i = j = 0
+    while len(out) < want and (i < len(own) or j < len(rest)):
+        if i < len(own) and (j >= len(rest) or i + 0.5 <= share * (len(out) + 1)):
+            out.append(own[i])
+            i += 1
+        else:
+            out.append(rest[j])
+            j += 1
+    return out
+
+
+def entailment_order(
+    cand: Candidates, want: int, *, spread: bool = True, branch: str | None = None
+) -> list[EntailmentHit]:
     """The first ``want`` results of the entailment ranking (module docstring);
-    ``spread=False``: the held items by firmness alone (no round robin)."""
-    held: list[EntailmentHit] = []
-    lists = {b: v for b, v in cand.branches.items() if v}
-    if spread:
-        depth = 0
-        while len(held) < want and lists:
-            rnd = [(v[depth], b) for b, v in lists.items() if depth < len(v)]
-            if not rnd:
-                break
-            rnd.sort(key=lambda t: (-t[0][0], t[0][1]))
-            held += [EntailmentHit(i, d, f, b) for (f, i, d), b in rnd]
-            depth += 1
+    ``spread=False``: the held items by firmness alone (no round robin);
+    ``branch``: only the items under that child of the apex (no outside items)."""
+    tree: dict[tuple[str, ...], set[str]] = {}  # node path -> child names
+    for path in cand.paths.values():
+        for j in range(len(path)):
+            tree.setdefault(path[:j], set()).add(path[j])
+
+    def order(path: tuple[str, ...]) -> list:
+        """Entries ``((firmness, id, distance), holder)`` under the node ``path``."""
+        node = path[-1] if path else cand.apex
+        lists = [order(path + (ch,)) for ch in sorted(tree.get(path, ()))]
+        if path:
+            own_h = [node] if cand.paths.get(node) == path else []
+        else:  # the apex's own: its items, and any held without it on their chain
+            own_h = [h for h, p in cand.paths.items() if not p]
+        own = sorted(
+            [(t, h) for h in own_h for t in cand.held.get(h, [])],
+            key=lambda e: _by_firmness(e[0]),
+        )[:want]
+        n_own = sum(cand.counts[h] for h in own_h)
+        n_all = sum(n for h, n in cand.counts.items() if cand.paths[h][: len(path)] == path)
+        rest = _round_robin([v for v in lists if v], want)
+        return _stride(own, rest, n_own / max(1, n_all), want)
+
+    if branch is not None:
+        entries = order((branch,)) if (branch,) in tree or branch in cand.held else []
+    elif spread:
+        entries = order(())
     else:
-        every = [(t, b) for b, v in lists.items() for t in v]
-        every.sort(key=lambda t: (-t[0][0], t[0][1]))
-        held = [EntailmentHit(i, d, f, b) for (f, i, d), b in every[:want]]
-    held = held[:want]
-    if len(held) < want:
-        held += [EntailmentHit(i, d, f, None) for f, i, d in cand.outside[: want - len(held)]]
-    return held
+        entries = [(t, h) for h, v in cand.held.items() for t in v]
+        entries.sort(key=lambda e: _by_firmness(e[0]))
+        entries = entries[:want]
+    hits = [EntailmentHit(i, d, f, cand.branch(h)) for (f, i, d), h in entries]
+    if len(hits) < want and branch is None:
+        hits += [EntailmentHit(i, d, f, None) for f, i, d in cand.outside[: want - len(hits)]]
+    return hits
 
 
 def running_min(values: Sequence[float]) -> list[float]:

@@ -571,11 +571,13 @@ class HyperbolicIndex:
         *,
         labels: Iterable[str] | None = None,
         where: Filter | Mapping | None = None,
+        extra: Sequence[tuple[str, Sequence[str]]] = (),
     ) -> Candidates:
         """The firmest ``want`` items of each branch of ``apex``'s cone, and (when
         fewer than ``want`` items are held) of the items outside it, with their
         distances to ``query``: :func:`indexing.entailment.candidates` over this
-        index's items (``labels``, ``where``: filters as in :meth:`search`)."""
+        index's items (``labels``, ``where``: filters as in :meth:`search`;
+        ``extra``: more cones that count, see there)."""
         q = self._space.as_points(query, "query", allow_1d=True)
         if len(q) != 1:
             raise IndexInputError(f"query: expected one vector, got {len(q)}")
@@ -595,9 +597,9 @@ class HyperbolicIndex:
                 keep = np.zeros(t.n_slots, dtype=bool)
                 keep[list(t.slots_for_labels(la))] = True
                 only = keep if only is None else only[: t.n_slots] & keep
-            held = candidates(t, cones, apex, q[0], want, only=only, outside=False)
+            held = candidates(t, cones, apex, q[0], want, only=only, outside=False, extra=extra)
             if held.n_held < want:
-                held = candidates(t, cones, apex, q[0], want, only=only, outside=True)
+                held = candidates(t, cones, apex, q[0], want, only=only, extra=extra)
             return held
 
     def search_entailment(
@@ -610,6 +612,7 @@ class HyperbolicIndex:
         spread: bool = True,
         labels: Iterable[str] | None = None,
         where: Filter | Mapping | None = None,
+        extra: Sequence[tuple[str, Sequence[str]]] = (),
     ) -> list[EntailmentHit]:
         """Results ``[offset, offset + k)`` of the entailment ranking of the cone of
         the label ``apex`` (:mod:`indexing.entailment`: held items firmest first,
@@ -617,7 +620,9 @@ class HyperbolicIndex:
         items outside, least far outside first), distances to ``query``."""
         k = check_pos_int(k, "k")
         offset = check_pos_int(offset, "offset", 0)
-        cand = self.entailment_candidates(apex, query, offset + k, labels=labels, where=where)
+        cand = self.entailment_candidates(
+            apex, query, offset + k, labels=labels, where=where, extra=extra
+        )
         return entailment_order(cand, offset + k, spread=spread)[offset:]
 
     # -- snapshots ------------------------------------------------------------------------

@@ -131,6 +131,9 @@ class ImageModel:
                 tau=float(get("tau", PlacementConfig.tau)),
                 confidence=float(get("placement_confidence", PlacementConfig.confidence)),
                 novelty=float(get("placement_novelty", PlacementConfig.novelty)),
+                certainty_depth=float(
+                    get("placement_certainty_depth", PlacementConfig.certainty_depth)
+                ),
             )
             radii = get("placement_radii") or None
             self._placement = ConePlacement(

@@ -32,7 +32,11 @@ of it. :class:`ConePlacement` is the last step of :meth:`ImageModel.embed
    Unseen classes are candidates for this rule only (no trained class lies
    below them, so the mass rule never picks them).
 2. **Where in its cone.** The node's *anchor* :math:`a` is its label point
-   moved ``depth`` outward along its ray
+   moved ``depth`` outward along its ray, and ``certainty_depth`` times the
+   image's :func:`certainty` (its posterior mass of the node, as log-odds)
+   farther, so that a certain image lies deeper on the node's ray, where the
+   node's cone holds it more firmly (:mod:`indexing.entailment` ranks a label's
+   items by that firmness: the surest first)
    (:func:`models.geometry.poincare.move_outward`). The image is seen from
    its node's prototype :math:`p` (where the head gathers the node's images:
    its label point, or the scaled stand-in of a model trained with
@@ -51,10 +55,11 @@ of it. :class:`ConePlacement` is the last step of :meth:`ImageModel.embed
    :func:`models.geometry.cones.membership_margin_np` and, where the check
    fails, moved closer to the anchor (the anchor itself always passes).
 
-Within a node the relative positions of the images are kept (the Möbius
-translations are isometries; the squash is monotone in the distance to the
-label point), so nearest neighbours among images of one class stay what the
-head made them; between nodes the anchors set the distances, and these rank
+Within a node and one level of certainty the relative positions of the
+images are kept (the Möbius translations are isometries; the squash is
+monotone in the distance to the label point), so nearest neighbours among
+images of one class stay what the head made them, sure images beside sure
+ones; between nodes the anchors set the distances, and these rank
 like the label points (the cap construction's distances: siblings before
 cousins).
 """
@@ -73,6 +78,7 @@ __all__ = [
     "PlacementConfig",
     "backoff_choice",
     "calibrate",
+    "certainty",
     "class_membership",
 ]
 
@@ -85,6 +91,8 @@ class PlacementConfig:
     tau: float = 1.0  # temperature of the posterior -d/tau
     confidence: float = 0.0  # a class needs posterior top-1 minus top-2 at least this
     novelty: float = float("inf")  # a class needs d(z, class) <= novelty x its radius
+    #: a certain image's anchor lies this much farther out (certainty below)
+    certainty_depth: float = 3.0
 
     def validate(self) -> None:
         if not (self.depth > self.margin > 0):
@@ -97,6 +105,25 @@ class PlacementConfig:
             raise ValueError(f"placement confidence must be in [0, 1], got {self.confidence}")
         if not self.novelty > 0:
             raise ValueError(f"placement novelty must be positive, got {self.novelty}")
+        if not (0 <= self.certainty_depth < 20):
+            raise ValueError(
+                f"placement certainty_depth must be in [0, 20), got {self.certainty_depth}"
+            )
+
+
+#: log-odds at which an image counts as certain (:func:`certainty`)
+CERTAIN_LOGIT = 30.0
+
+
+def certainty(mass: torch.Tensor) -> torch.Tensor:
+    r"""How certain the posterior is of a node, in [0, 1]: its mass's log-odds
+    :math:`\log(m / (1 - m))` clipped to [0, :data:`CERTAIN_LOGIT`] and scaled to
+    [0, 1] (0 for a mass of at most one half, 1 from :math:`1 - 10^{-13}` on: the
+    log-odds keep apart the masses of 0.99 and 0.9999 that a confident
+    classifier gives its right and its wrong answers)."""
+    m = mass.to(torch.float64).clamp(0.0, 1.0)
+    odds = torch.log(m.clamp_min(1e-300)) - torch.log1p(-m.clamp_max(1 - 1e-16))
+    return odds.clamp(0.0, CERTAIN_LOGIT) / CERTAIN_LOGIT
 
 
 def class_membership(taxonomy, candidates: list[str], seen: list[str]) -> torch.Tensor:
@@ -294,12 +321,16 @@ class ConePlacement:
         if bool(to_unseen.any()):
             best = (post @ self.unseen_dist.T).argmin(1)
             rows = torch.where(to_unseen, self.unseen_rows[best], rows)
-        info = {"gap": gap, "top": top, "ratio": ratio, "backed": backed}
+        info = {"gap": gap, "top": top, "ratio": ratio, "backed": backed, "post": post}
         return rows, info | {"novel": novel, "unseen": to_unseen}
 
-    def _carry(self, z: torch.Tensor, rows: torch.Tensor, shrink: torch.Tensor) -> torch.Tensor:
+    def _carry(
+        self, z: torch.Tensor, rows: torch.Tensor, shrink: torch.Tensor, sure: torch.Tensor
+    ) -> torch.Tensor:
         c = self.c
         p, a = self.protos[rows], self.anchors[rows]
+        if self.cfg.certainty_depth > 0:  # certain images deeper along the node's ray
+            a = poincare.move_outward(a, (self.cfg.certainty_depth * sure)[:, None], c=c)
         u = poincare.mobius_add(-p, z, c=c)
         d = poincare.distance_to_origin(u, c=c, keepdim=True)
         reach = self.cfg.depth - self.cfg.margin
@@ -330,9 +361,11 @@ class ConePlacement:
         z = z.to(torch.float64)
         if len(z) == 0:
             return z, []
-        rows = self.choose(z, features)
+        rows, info = self.decide(z, features)
+        sure = certainty((info["post"] * self.member[rows]).sum(1))
+        sure = torch.where(info["unseen"], torch.zeros_like(sure), sure)
         shrink = torch.ones(len(z), dtype=torch.float64)
-        out = self._carry(z, rows, shrink)
+        out = self._carry(z, rows, shrink, sure)
         rows_np = rows.numpy()
         for _ in range(8):  # a check that fails moves the point closer to the anchor
             bad = ~self._fits(out.numpy(), rows_np)
@@ -340,7 +373,7 @@ class ConePlacement:
                 break
             idx = torch.from_numpy(np.flatnonzero(bad))
             shrink[idx] *= 0.5
-            out[idx] = self._carry(z[idx], rows[idx], shrink[idx])
+            out[idx] = self._carry(z[idx], rows[idx], shrink[idx], sure[idx])
         else:
             bad = ~self._fits(out.numpy(), rows_np)
             idx = torch.from_numpy(np.flatnonzero(bad))

@@ -37,6 +37,7 @@ def layout(rt, ans) -> DiskOut:
         raise rt.no_labels("disk")
     chain = ans.chain or (rt.chain(ans.query_label) if ans.query_label else [])
     labels: list[str] = []
+    hits = list(ans.hits) + [h for g in ans.groups or [] for h in g.hits]
 
     def add(name: str | None) -> None:
         if name and name in rt.taxonomy and name not in labels and len(labels) < MAX_LABELS:
@@ -44,7 +45,9 @@ def layout(rt, ans) -> DiskOut:
 
     for c in chain:
         add(c)
-    for h in ans.hits:
+    for g in ans.groups or []:
+        add(g.label)
+    for h in hits:
         add(h.label)
     if len(chain) > 1:
         for child in sorted(rt.used_under(chain[1])):
@@ -57,7 +60,7 @@ def layout(rt, ans) -> DiskOut:
         ("query", "query", ans.query_label, None),
         ("origin", "origin", None, None),
     ]
-    for h in ans.hits:
+    for h in hits:
         item = rt.index.get(h.id)
         if item is None:
             continue

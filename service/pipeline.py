@@ -28,7 +28,7 @@ from .errors import ApiError
 from .imaging import EncodedPicture, announced_pixels, decode_image, decode_off_loop
 from .jsontext import loads_bounded
 from .runtime import Runtime
-from .schemas import HitOut, ImageSearchParams, QueryOut, SearchIn, SearchOut
+from .schemas import GroupOut, HitOut, ImageSearchParams, QueryOut, SearchIn, SearchOut
 from .searching import Answer, Query
 
 #: pictures announcing at most this many pixels are decoded by the embedding worker,
@@ -122,29 +122,41 @@ async def search_picture(
     return await _run(searcher, query)
 
 
+def _hits_out(hits) -> list[HitOut]:
+    return [
+        HitOut(
+            id=h.id,
+            score=h.score,
+            distance=h.distance,
+            label=h.label,
+            level=h.level,
+            via=h.via,
+            **(h.extra or {}),
+        )
+        for h in hits
+    ]
+
+
 def answer_json(rt: Runtime, ans: Answer, disk: bool = False) -> bytes:
     """The answer's JSON: validated as :class:`SearchOut` and serialised once by
     pydantic (what ``response_model`` with ``response_model_exclude_unset`` sends,
     without FastAPI validating and encoding it a second time). ``disk`` adds the
     2-D layout, which reads every result from the store: not on the event loop."""
-    out = SearchOut(
-        query=QueryOut(
-            label=ans.query_label,
-            vector=ans.query_vector.tolist(),
-            distance_to_origin=ans.query_radius,
-        ),
-        results=[
-            HitOut(
-                id=h.id,
-                distance=h.distance,
-                label=h.label,
-                level=h.level,
-                via=h.via,
-                **(h.extra or {}),
-            )
-            for h in ans.hits
-        ],
+    query = QueryOut(
+        label=ans.query_label,
+        vector=ans.query_vector.tolist(),
+        distance_to_origin=ans.query_radius,
     )
+    if ans.groups is not None:
+        out = SearchOut(
+            query=query,
+            groups=[
+                GroupOut(label=g.label, count=g.count, results=_hits_out(g.hits))
+                for g in ans.groups
+            ],
+        )
+    else:
+        out = SearchOut(query=query, results=_hits_out(ans.hits))
     if disk:
         out.disk = layout(rt, ans)
     return out.model_dump_json(exclude_unset=True).encode()

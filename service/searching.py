@@ -70,6 +70,17 @@ class Hit:
     level: int | None
     via: str | None
     extra: dict | None = None  # with_vector / with_payload: "vector", "payload"
+    score: float = 0.0  # in [0, 1], never increasing down a ranking (module docstring)
+    firmness: float | None = None  # entailment / hierarchical: in the label's (via's) cone
+
+
+@dataclass
+class Group:
+    """One child branch of a ``group_by: children`` answer."""
+
+    label: str
+    count: int
+    hits: list[Hit]
 
 
 @dataclass
@@ -79,6 +90,7 @@ class Answer:
     query_radius: float
     hits: list[Hit]
     chain: list[str] | None
+    groups: list[Group] | None = None  # group_by: children
 
 
 @dataclass
@@ -90,7 +102,8 @@ class Query:
 
     k: int = 10
     offset: int = 0
-    mode: str = "nearest"
+    mode: str = "nearest"  # resolved: "auto" is turned into entailment or nearest (query_of)
+    group_by: str | None = None
     under: str | None = None
     per_level: int | None = None
     levels: str | None = None
@@ -147,7 +160,14 @@ def query_of(req: SearchIn | ImageSearchParams, settings) -> Query:
     settings (a 422 before any work). For a picture, the caller sets ``point`` and
     ``point_label`` once the picture is embedded."""
     check_window(req.k, req.offset, settings)
-    q = Query(k=req.k, offset=req.offset, mode=req.mode, under=req.under)
+    by_label = isinstance(req, SearchIn) and req.label is not None
+    mode = resolve_mode(req.mode, by_label)
+    group_by = getattr(req, "group_by", None)
+    if group_by is not None and not by_label:
+        raise bad_input("group_by: groups by the children of a label: give a label query")
+    if group_by is not None and mode == "nearest":
+        raise bad_input("group_by: groups rank by entailment; use mode auto or entailment")
+    q = Query(k=req.k, offset=req.offset, mode=mode, under=req.under, group_by=group_by)
     q.per_level, q.levels = req.per_level, req.levels
     q.with_vector, q.with_payload, q.max_distance = (
         req.with_vector,
@@ -158,6 +178,25 @@ def query_of(req: SearchIn | ImageSearchParams, settings) -> Query:
         q.vector, q.label, q.item_id = req.vector, req.label, req.id
         q.filter = req.filter
     return q
+
+
+MODES = ("auto", "entailment", "nearest", "hierarchical")
+
+
+def resolve_mode(mode: str, by_label: bool) -> str:
+    """``auto``: ``entailment`` for a label query, ``nearest`` otherwise; the other
+    modes as given (unknown: 422 naming the accepted ones)."""
+    if mode not in MODES:
+        raise bad_input(f"mode: must be one of {', '.join(MODES)}, got {mode!r}")
+    if mode == "auto":
+        return "entailment" if by_label else "nearest"
+    return mode
+
+
+def nearest_score(distance: float) -> float:
+    """The score of a ``nearest`` result: ``1 / (1 + distance)`` (1 at the query
+    point, 0.5 one unit of geodesic distance away, falling with distance)."""
+    return 1.0 / (1.0 + max(0.0, float(distance)))
 
 
 def parse_where(rt: Runtime, expr, name: str = "filter") -> Filter:
@@ -223,14 +262,15 @@ def search(
     radius: float | None = None,
     levels: str | None = None,
     where=None,
+    group_by: str | None = None,
 ) -> Answer:
     """Run one search of the point ``x``; see the module docstring. ``radius``:
     the distance of ``x`` to the origin when the caller has it; ``levels``:
     ``"cone"`` or ``"taxonomy"`` (default: :attr:`Runtime.default_levels`);
     ``where``: a filter expression (or a parsed :class:`Filter`)."""
     allowed: set[str] | None = None
-    if rt.product and (mode == "hierarchical" or under is not None):
-        raise rt.no_labels("mode" if mode == "hierarchical" else "under")
+    if rt.product and (mode in ("hierarchical", "entailment") or under is not None):
+        raise rt.no_labels("under" if under is not None else "mode")
     if under is not None:
         allowed = rt.used_under(resolve_label(rt, under, "under"))
     if where is not None:
@@ -243,6 +283,23 @@ def search(
         if allowed is None or allowed:
             ids, dists = rt.index.search(x, k=want, labels=allowed, where=where)
             hits = _nearest_hits(rt, ids[0], dists[0])
+    elif mode == "entailment":
+        if query_label is None:  # pragma: no cover - every query has a label
+            raise bad_input("mode: entailment search needs a query label")
+        apex = query_label
+        if group_by is not None:
+            groups = _groups(rt, x, apex, k, offset, allowed, where)
+            if radius is None:
+                radius = float(rt.distance_to_origin(x))
+            return Answer(query_label, x, radius, [], None, groups)
+        if allowed is None or allowed:
+            got = rt.index.search_entailment(
+                apex, x, want, 0, labels=allowed, where=where, extra=rt.cone_extras(apex)
+            )
+            hits = [
+                Hit(h.id, h.distance, rt.label_of(h.id), None, None, firmness=h.firmness)
+                for h in got
+            ]
     elif mode == "hierarchical":
         if query_label is None:  # pragma: no cover - every query has a label
             raise bad_input("mode: hierarchical search needs a query label")
@@ -263,12 +320,23 @@ def search(
                 by="holder" if lv == "cone" else "label",
                 labels=allowed,
                 where=where,
+                firmness=True,
             )
             for h in got:
-                hits.append(Hit(h.id, float(h.distance), rt.label_of(h.id), int(h.level), h.via))
+                hits.append(
+                    Hit(
+                        h.id,
+                        float(h.distance),
+                        rt.label_of(h.id),
+                        int(h.level),
+                        h.via,
+                        firmness=h.firmness,
+                    )
+                )
     else:
-        raise bad_input(f"mode: must be nearest or hierarchical, got {mode!r}")
+        raise bad_input(f"mode: must be one of {', '.join(MODES)}, got {mode!r}")
     hits = _window(hits, exclude, offset - start, k)
+    _score(hits, mode)
     if radius is None:
         radius = float(rt.distance_to_origin(x))
     return Answer(query_label, x, radius, hits, chain)
@@ -276,9 +344,49 @@ def search(
 
 def _nearest_hits(rt: Runtime, ids: np.ndarray, dists: np.ndarray) -> list[Hit]:
     return [
-        Hit(i, d, rt.label_of(i), None, None)
+        Hit(i, d, rt.label_of(i), None, None, score=nearest_score(d))
         for i, d in zip(ids.tolist(), dists.tolist(), strict=True)
     ]
+
+
+def _score(hits: list[Hit], mode: str) -> None:
+    """Set each hit's score: ``nearest`` :func:`nearest_score`; otherwise the
+    firmness (held items ``(0, 1]``, items outside the cone 0), capped by the
+    score before it so that scores never increase down the ranking (the round
+    robin over branches and a new level can follow a firmer item with a less
+    firm one). The first hit of a page is capped by nothing before it."""
+    if mode == "nearest":
+        for h in hits:
+            h.score = nearest_score(h.distance)
+        return
+    from indexing.entailment import running_min
+
+    for h, sc in zip(hits, running_min([h.firmness or 0.0 for h in hits]), strict=True):
+        h.score = sc
+
+
+def _groups(rt: Runtime, x, apex: str, k: int, offset: int, allowed, where) -> list[Group]:
+    """``group_by: children``: one group per cone child of ``apex`` that holds items
+    (count descending, then name), each its branch's ``[offset, offset + k)`` by
+    firmness."""
+    if allowed is not None and not allowed:
+        return []
+    cand = rt.index.entailment_candidates(
+        apex, x, offset + k, labels=allowed, where=where, extra=rt.cone_extras(apex)
+    )
+    from indexing.entailment import entailment_order
+
+    out = []
+    for b, n in sorted(cand.branch_counts().items(), key=lambda t: (-t[1], t[0])):
+        if b == apex:
+            continue  # held by the label's cone and by no child's
+        got = entailment_order(cand, offset + k, branch=b)[offset:]
+        hits = [
+            Hit(h.id, h.distance, rt.label_of(h.id), None, None, firmness=h.firmness) for h in got
+        ]
+        _score(hits, "entailment")
+        out.append(Group(b, n, hits))
+    return out
 
 
 def _window(hits: list[Hit], exclude: str | None, skip: int, k: int) -> list[Hit]:
@@ -340,6 +448,7 @@ def search_many(rt: Runtime, queries: Sequence[Query]) -> list[Answer | Exceptio
                 radius=radii[i],
                 levels=q.levels,
                 where=q.filter,
+                group_by=q.group_by,
             )
         except Exception as e:  # noqa: BLE001 - that query's answer
             out[i] = e
@@ -397,8 +506,8 @@ def _per_level(
     rt, x, chain, allowed, per_level: int, want: int, exclude: str | None, levels: str, where=None
 ) -> list[Hit]:
     """Hierarchical order with at most ``per_level`` items of each level: level ``i``
-    is a k-NN over the items of ``chain[i]``'s level (by cone or by taxonomy, as
-    :func:`search`) and not of ``chain[i-1]``'s."""
+    holds the items of ``chain[i]``'s level (by cone or by taxonomy, as
+    :func:`search`) and not of ``chain[i-1]``'s, the firmest in ``chain[i]``'s cone."""
     hits: list[Hit] = []
     seen: set[str] = set()
     for lvl, lab in enumerate(chain):
@@ -412,17 +521,38 @@ def _per_level(
         if not level_labels:
             continue
         take = min(per_level, want - len(hits)) + (1 if exclude is not None else 0)
-        if levels == "cone":
-            ids, dists = rt.index.search(x, k=take, under=level_labels, labels=allowed, where=where)
-        else:
-            ids, dists = rt.index.search(x, k=take, labels=level_labels, where=where)
+        found = rt.index.search_hierarchical(
+            x,
+            [lab],
+            lambda _, labs=frozenset(level_labels): labs,
+            k=take,
+            by="holder" if levels == "cone" else "label",
+            labels=allowed if levels == "cone" else None,
+            where=where,
+            firmness=True,
+        )
         got = [
-            Hit(i, float(d), rt.label_of(i), lvl, lab)
-            for i, d in zip(ids[0].tolist(), dists[0].tolist(), strict=True)
-            if i != exclude
+            Hit(h.id, float(h.distance), rt.label_of(h.id), lvl, lab, firmness=h.firmness)
+            for h in found
+            if h.id != exclude
         ]
         hits += got[: min(per_level, want - len(hits))]
     return hits
+
+
+def count_held(rt: Runtime, label: str, where=None) -> tuple[int, list[tuple[str, int]]]:
+    """``(items the label's cone holds, [(child, items its cone holds), ...])`` for
+    a label (synset or word; unknown: 422 with suggestions), filtered by ``where``
+    (a parsed filter), children by count descending, then name."""
+    apex = resolve_label(rt, label)
+    cand = rt.index.entailment_candidates(
+        apex, rt.label_point(apex), 1, where=where, extra=rt.cone_extras(apex)
+    )
+    facets = sorted(
+        ((b, n) for b, n in cand.branch_counts().items() if b != apex),
+        key=lambda t: (-t[1], t[0]),
+    )
+    return cand.n_held, facets
 
 
 def check_window(k: int, offset: int, settings) -> None:
