@@ -159,6 +159,7 @@ class Runtime:
         self._view: _LabelView | None = None
         self._view_lock = threading.Lock()
         self._under_cache: dict[tuple[int, str], int] = {}
+        self._extras: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {}
         self._resolver = WordResolver(self.taxonomy, wordnet_dir)
         self._splits: dict[str, np.ndarray | None] = {}
         self._split_lock = threading.Lock()
@@ -329,6 +330,37 @@ class Runtime:
         d = float(poincare_np.dist(x, self.label_point(holder), c=self.curvature))
         rest = [(n, dd) for n, dd in near if n != holder]
         return [(holder, d)] + rest[: k - 1]
+
+    def cone_extras(self, label: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """The taxonomy descendants of ``label`` that its cone cannot hold, each with
+        its taxonomy path below ``label``: the shallowest descendants (breadth first)
+        whose cone chain passes neither ``label`` nor an earlier one of them (a node
+        whose cone lies under another parent: ``clothing.n.01`` under
+        ``covering.n.02``, not under ``consumer_goods.n.01``). A label query counts
+        the items of their cones as the label's (:mod:`indexing.entailment`)."""
+        got = self._extras.get(label)
+        if got is not None:
+            return got
+        tops: set[str] = {label}
+        out: list[tuple[str, tuple[str, ...]]] = []
+        seen = {label}
+        frontier: list[tuple[str, tuple[str, ...]]] = [(label, ())]
+        while frontier:
+            nxt = []
+            for node, path in frontier:
+                for ch in sorted(self.taxonomy.children(node)):
+                    if ch in seen:
+                        continue
+                    seen.add(ch)
+                    p = path + (ch,)
+                    if not tops.intersection(self.cones.chain(ch)):
+                        tops.add(ch)
+                        out.append((ch, p))
+                    nxt.append((ch, p))
+            frontier = nxt
+        got = tuple(out)
+        self._extras[label] = got
+        return got
 
     def holder_of(self, x: np.ndarray) -> str | None:
         """The deepest label whose cone holds the point ``x`` (``None``: no root's

@@ -7,7 +7,15 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Finite = Annotated[float, Field(allow_inf_nan=False)]
-Mode = Literal["nearest", "hierarchical"]
+Mode = Literal["auto", "entailment", "nearest", "hierarchical"]
+MODE_DOC = (
+    "auto (the default): entailment for a label query, nearest otherwise; entailment: the "
+    "items the label's cone holds, firmest first, spread over the label's child branches, "
+    "then every other item, least far outside the cone first; nearest: the k nearest by "
+    "geodesic distance (from a label's point: general items first); hierarchical: by level "
+    "(0 the label's cone, 1 what only its parent's cone adds, ...), then by firmness"
+)
+GroupBy = Literal["children"]
 Levels = Literal["cone", "taxonomy"]
 _LEVELS_DOC = (
     "hierarchical mode: levels by cone membership of each item's point ('cone') or by "
@@ -90,8 +98,10 @@ class SearchIn(BaseModel):
         json_schema_extra={
             "oneOf": [{"required": ["vector"]}, {"required": ["label"]}, {"required": ["id"]}],
             "examples": [
+                {"label": "footwear", "k": 10},
                 {"label": "sneaker", "k": 10, "mode": "hierarchical"},
                 {"label": "sneaker", "k": 10, "mode": "hierarchical", "levels": "taxonomy"},
+                {"label": "clothing", "k": 5, "group_by": "children"},
                 {"id": "fashion-mnist-test-42", "k": 5},
                 {"vector": _EXAMPLE_VECTOR, "k": 10, "offset": 10, "mode": "nearest"},
                 {
@@ -109,7 +119,12 @@ class SearchIn(BaseModel):
     offset: int = Field(
         default=0, ge=0, le=9999, description="skip this many (offset + k <= 10,000)"
     )
-    mode: Mode = "nearest"
+    mode: Mode = Field(default="auto", description=MODE_DOC)
+    group_by: GroupBy | None = Field(
+        default=None,
+        description="label queries: 'children' answers one group per child of the label "
+        "whose cone holds items, each ranked by entailment and cut at k",
+    )
     vector: list[Finite] | None = Field(
         default=None, min_length=1, max_length=MAX_DIM, description="a point of the ball"
     )
@@ -156,7 +171,7 @@ class ImageSearchParams(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     k: int = Field(default=10, ge=1, le=1000)
-    mode: Mode = "nearest"
+    mode: Mode = Field(default="auto", description=MODE_DOC)
     offset: int = Field(default=0, ge=0, le=9999)
     under: str | None = Field(default=None, min_length=1, max_length=300)
     per_level: int | None = Field(default=None, ge=1, le=1000)
@@ -175,8 +190,17 @@ class QueryOut(BaseModel):
     distance_to_origin: float
 
 
+SCORE_DOC = (
+    "in [0, 1], never increasing down a ranking: nearest 1 / (1 + distance); entailment and "
+    "hierarchical the firmness of membership in the label's (hierarchical: via's) cone, its "
+    "margin over its aperture (1 on the cone's axis, 0 on its rim and outside), capped by "
+    "the score before it"
+)
+
+
 class HitOut(BaseModel):
     id: str
+    score: float = Field(ge=0, le=1, description=SCORE_DOC)
     distance: float = Field(description="geodesic distance to the query")
     label: str | None
     level: int | None = Field(description="hierarchical mode: 0 same label, 1 siblings, ...")
@@ -207,6 +231,12 @@ class DiskOut(BaseModel):
     points: list[DiskPoint]
 
 
+class GroupOut(BaseModel):
+    label: str = Field(description="a child of the query's label (its cone's child)")
+    count: int = Field(description="items that child's cone holds (filters applied)")
+    results: list[HitOut] = Field(description="its firmest items, at most k")
+
+
 class SearchOut(BaseModel):
     model_config = ConfigDict(
         json_schema_extra={
@@ -220,6 +250,7 @@ class SearchOut(BaseModel):
                     "results": [
                         {
                             "id": "fashion-mnist-test-9",
+                            "score": 0.93,
                             "distance": 0.31,
                             "label": "gym_shoe.n.01",
                             "level": 0,
@@ -227,6 +258,7 @@ class SearchOut(BaseModel):
                         },
                         {
                             "id": "fashion-mnist-test-12",
+                            "score": 0.81,
                             "distance": 1.72,
                             "label": "sandal.n.01",
                             "level": 1,
@@ -239,7 +271,12 @@ class SearchOut(BaseModel):
     )
 
     query: QueryOut
-    results: list[HitOut]
+    results: list[HitOut] | None = Field(
+        default=None, description="the ranking (absent with group_by)"
+    )
+    groups: list[GroupOut] | None = Field(
+        default=None, description="group_by children: one group per child holding items"
+    )
     disk: DiskOut | None = None
 
 
@@ -624,11 +661,40 @@ class ScrollOut(BaseModel):
 class CountIn(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
-        json_schema_extra={"examples": [{"filter": {"must": [{"under": "footwear"}]}}, {}]},
+        json_schema_extra={
+            "examples": [
+                {"filter": {"must": [{"under": "footwear"}]}},
+                {},
+                {"label": "footwear", "facet": "children"},
+            ]
+        },
     )
 
     filter: FilterField
+    label: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=300,
+        description="count the items this label's cone holds (a synset or a word)",
+    )
+    facet: GroupBy | None = Field(
+        default=None, description="with label: 'children' adds the count under each child"
+    )
+
+    @model_validator(mode="after")
+    def _facet_needs_label(self) -> CountIn:
+        if self.facet is not None and self.label is None:
+            raise ValueError("facet: counts under the children of a label: give label")
+        return self
+
+
+class FacetOut(BaseModel):
+    label: str = Field(description="a child of the label (its cone's child)")
+    count: int = Field(description="items that child's cone holds (filters applied)")
 
 
 class CountOut(BaseModel):
     count: int = Field(examples=[1000])
+    facets: list[FacetOut] | None = Field(
+        default=None, description="facet children: the count under each child holding items"
+    )

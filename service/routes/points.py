@@ -46,6 +46,7 @@ from ..schemas import (
     CountOut,
     DeletedCountOut,
     ErrorOut,
+    FacetOut,
     ItemsBatchIn,
     ItemsDeleteIn,
     ItemsGetIn,
@@ -339,5 +340,14 @@ def scroll(body: ScrollIn, rt: RuntimeDep, settings: SettingsDep) -> ScrollOut:
     responses={503: {"model": ErrorOut, "description": "still loading"}},
 )
 def count(body: CountIn, rt: RuntimeDep) -> CountOut:
+    """With `label`: the items that label's cone holds (and pass the filter);
+    `facet: "children"` adds the count under each child of the label whose cone
+    holds items (items held by the label and by none of its children are in
+    `count` and in no facet)."""
     where = None if body.filter is None else searching.parse_where(rt, body.filter)
-    return CountOut(count=rt.index.count(where))
+    if body.label is None:
+        return CountOut(count=rt.index.count(where))
+    total, facets = searching.count_held(rt, body.label, where)
+    if body.facet is None:
+        return CountOut(count=total)
+    return CountOut(count=total, facets=[FacetOut(label=b, count=n) for b, n in facets])
