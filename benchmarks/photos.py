@@ -140,6 +140,9 @@ def table(rows, detail, speed, when: str, model) -> str:
         f"Measured {when} on {cpu_model()} ({os.cpu_count()} cores visible, shared with other "
         f"jobs), `python benchmarks/photos.py`; model `{model.version}`.",
         "",
+        "Graded against the classifier's own top-1 class, not against a known kind of each "
+        "photo: the share says the placement agrees with the backbone's prediction.",
+        "",
         "| placement | nearest label = top-1 class or an ancestor | mean depth of that label |",
         "| --- | --- | --- |",
     ]
