@@ -182,9 +182,28 @@ def test_docs_links_resolve():
         if not md.exists():
             continue
         for target in re.findall(r"\]\(([^)\s]+)\)", md.read_text(encoding="utf-8")):
-            if re.match(r"[a-z]+:", target) or target.startswith("#"):
+            if re.match(r"[a-z]+:", target):
                 continue
-            file = target.split("#", 1)[0]
-            if not (md.parent / file).exists():
+            if target.startswith("#"):
+                target = md.name + target
+            file, _, anchor = target.partition("#")
+            dest = md.parent / file
+            if not dest.exists():
                 bad.append(f"{md.relative_to(ROOT)}: {target}")
+            elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+                bad.append(f"{md.relative_to(ROOT)}: {target} (no such heading)")
     assert not bad, f"broken links: {bad}"
+
+
+def anchors(md: Path) -> set[str]:
+    """The heading anchors of a markdown file, as GitHub makes them."""
+    out = set()
+    for line in md.read_text(encoding="utf-8").splitlines():
+        m = re.match(r"#{1,6} (.+)", line)
+        if m:
+            out.add(re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-"))
+    return out
+
+
+def test_anchors():
+    assert anchors(API_MD) >= {"post-v1count", "filters", "conventions"}
