@@ -33,7 +33,7 @@ documentation recommends, all queries of a dataset in ONE search call:
   reported for information;
 * ``exact``: hypsearch's exact scan (reference; small datasets only);
 * ``hnswlib``: ``l2`` on the raw coordinates (M=16, ef_construction=200, the
-  README's recommended values), ``set_num_threads``, the top ``ef`` re-ranked
+  hnswlib README's recommended values), ``set_num_threads``, the top ``ef`` re-ranked
   by the exact float64 distance, ``ef`` swept;
 * ``usearch``: a numba ``cfunc`` Poincaré distance as a ``CompiledMetric``,
   usearch's default connectivity and expansion_add, ``expansion_search`` swept,

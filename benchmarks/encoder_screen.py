@@ -1,4 +1,4 @@
-"""Screen of the Conv-4 encoder as a plain classifier on Fashion-MNIST (README "Image model").
+"""Screen of the Conv-4 encoder as a plain classifier on Fashion-MNIST (docs/image-model.md).
 
 Cross-entropy on a linear layer over the encoder's pooled features, the training
 optimiser and schedule of ``hypsearch train`` (Adam, lr 4e-3 with warm-up and

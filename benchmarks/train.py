@@ -644,7 +644,7 @@ def main(argv=None) -> int:
     runs = {
         "hyperbolic": [],  # the head's own outputs: the placed model's weights (head_output_of)
         "euclidean": ["--geometry", "euclidean"],
-        "zero_shot": ["--holdout", HOLDOUT, "--placement", "none"],  # as measured (README)
+        "zero_shot": ["--holdout", HOLDOUT, "--placement", "none"],  # as in results/train.md
         "placed": ["--placement", "cones"],  # the default with the default's cap labels
     }
     res: dict = {"threads": args.threads, "jobs": args.jobs}
