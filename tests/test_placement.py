@@ -148,21 +148,40 @@ def test_placement_refuses_ganea_labels():
 
 
 def test_placement_keeps_nearest_neighbours_within_a_class():
-    """Points around one label point keep their order of distance to it."""
+    """Points around one label point keep their order of distance to it (seen from
+    each one's anchor: moved outward by its certainty), and surer points lie deeper,
+    where the label's cone holds them more firmly."""
+    from models.placement import certainty
+
     tax = Taxonomy.from_edges([("a", "r"), ("b", "r")])
     labels = cap_labels(tax, dim=4)
-    pl = ConePlacement(labels, ["a", "b"])
     P = labels.embeddings
     a = P[tax.index("a")]
     v = torch.from_numpy(np.random.default_rng(2).standard_normal((40, 4)) * 0.3)
     z = poincare.mobius_add(a.expand_as(v), poincare.expmap0(v, c=1.0), c=1.0)
-    x, names = pl.place(z)
-    assert set(names) == {"a"}
     before = poincare.dist(a.expand_as(z), z, c=1.0).numpy()
-    anchor = pl.anchors[pl.names.index("a")]
+    flat = ConePlacement(labels, ["a", "b"], PlacementConfig(certainty_depth=0.0))
+    x, names = flat.place(z)
+    assert set(names) == {"a"}
+    anchor = flat.anchors[flat.names.index("a")]
     after = poincare.dist(anchor.expand_as(x), x, c=1.0).numpy()
     assert (np.argsort(before) == np.argsort(after)).all()
     assert after.max() < 3.0 - 0.5
+
+    pl = ConePlacement(labels, ["a", "b"])
+    assert pl.cfg.certainty_depth > 0
+    x, names = pl.place(z)
+    assert set(names) == {"a"}
+    rows, info = pl.decide(z)
+    sure = certainty((info["post"] * pl.member[rows]).sum(1))
+    assert float(sure.max() - sure.min()) > 0.05  # the points differ in certainty
+    own = poincare.move_outward(anchor.expand_as(x), pl.cfg.certainty_depth * sure[:, None], c=1.0)
+    after = poincare.dist(own, x, c=1.0).numpy()
+    assert (np.argsort(before) == np.argsort(after)).all()
+    firm = cones.membership_margin_np(a.numpy(), x.numpy(), pl.spec, c=1.0)
+    assert (firm >= 0).all()
+    order = np.argsort(sure.numpy())
+    assert firm[order[-10:]].mean() > firm[order[:10]].mean()  # surest: firmest
 
 
 # ---------------------------------------------------------------- a trained model

@@ -102,10 +102,10 @@ def test_hierarchical_levels_in_order(client, rt):
     levels = [h["level"] for h in hits]
     assert levels == sorted(levels) and levels[0] == 0 and max(levels) >= 1
     chain = rt.chain("gym_shoe.n.01")
+    scores = [h["score"] for h in hits]
+    assert scores == sorted(scores, reverse=True) and all(0 <= x <= 1 for x in scores)
     for lvl in set(levels):
         group = [h for h in hits if h["level"] == lvl]
-        d = [h["distance"] for h in group]
-        assert d == sorted(d)
         assert {h["via"] for h in group} == {chain[lvl]}
         for h in group:  # level i: under chain[i], not under chain[i-1]
             assert h["label"] == chain[lvl] or chain[lvl] in rt.taxonomy.ancestors(h["label"])
@@ -133,11 +133,13 @@ def test_hierarchical_per_level(client, rt):
 
 
 def test_nearest_mode_has_null_level_and_ascending_distances(client):
-    hits = client.post("/v1/search", json={"label": "coat", "k": 20}).json()["results"]
+    body = {"label": "coat", "k": 20, "mode": "nearest"}
+    hits = client.post("/v1/search", json=body).json()["results"]
     assert len(hits) == 20
     assert all(h["level"] is None and h["via"] is None for h in hits)
     d = [h["distance"] for h in hits]
     assert d == sorted(d)
+    assert [h["score"] for h in hits] == pytest.approx([1 / (1 + x) for x in d])
 
 
 @pytest.mark.parametrize("mode", ["nearest", "hierarchical"])

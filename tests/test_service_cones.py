@@ -53,6 +53,20 @@ def margin(label: str, y: np.ndarray) -> float:
     return float(mcones.membership_margin_np(POINTS[label], y, SPEC, c=1.0))
 
 
+def firmness(label: str, y: np.ndarray) -> float:
+    """Margin over the cone's aperture (indexing.entailment), computed here apart."""
+    return margin(label, y) / float(mcones.aperture_np(POINTS[label], SPEC, c=1.0))
+
+
+def scores_of(firm: list[float]) -> list[float]:
+    """Firmness clipped to [0, 1] and capped by the score before it."""
+    out, cur = [], 1.0
+    for f in firm:
+        cur = min(cur, max(0.0, min(1.0, f)))
+        out.append(cur)
+    return out
+
+
 def deepest_ref(y: np.ndarray) -> str | None:
     """Brute force: of the labels whose cones hold ``y``, the deepest."""
     held = [n for n in POINTS if margin(n, y) >= 0]
@@ -118,7 +132,8 @@ def test_the_cones_hold_and_the_items_are_spread(served, items):
 @pytest.mark.parametrize("query", ["sneaker", "sandal", "coat", "shoe"])
 def test_cone_levels_match_a_brute_force_cone_test(served, items, query):
     """Level i: the item's own point is in the cone of chain[i] and not of chain[i-1]
-    (membership_margin_np over the chain), for labelled and unlabelled items."""
+    (membership_margin_np over the chain), for labelled and unlabelled items; each
+    level ordered by firmness in its cone (then id); scores never increase."""
     rt, client = served
     body = client.post("/v1/search", json={"label": query, "mode": "hierarchical", "k": 1000})
     assert body.status_code == 200, body.text
@@ -130,14 +145,15 @@ def test_cone_levels_match_a_brute_force_cone_test(served, items, query):
     for i, (y, _) in items.items():
         held = [lvl for lvl, lab in enumerate(chain) if margin(lab, y) >= 0]
         if held:
-            d = float(poincare_np.dist(q, y, c=1.0))
-            want.append((held[0], d, i))
+            want.append((held[0], -firmness(chain[held[0]], y), i))
     want.sort()
     assert [(h["id"], h["level"], h["via"]) for h in hits] == [
         (i, lvl, chain[lvl]) for lvl, _, i in want
     ]
     assert any(items[h["id"]][1] is None for h in hits)  # unlabelled items have levels too
-    np.testing.assert_allclose([h["distance"] for h in hits], [w[1] for w in want], rtol=1e-9)
+    dist = [float(poincare_np.dist(q, items[h["id"]][0], c=1.0)) for h in hits]
+    np.testing.assert_allclose([h["distance"] for h in hits], dist, rtol=1e-9)
+    np.testing.assert_allclose([h["score"] for h in hits], scores_of([-w[1] for w in want]))
     # the fast path and the routes share the field; per_level keeps each level's nearest
     few = client.post(
         "/v1/search",
@@ -164,7 +180,7 @@ def test_taxonomy_levels_option(served, items):
 
     got = [(h["id"], h["level"]) for h in hits]
     want = sorted(
-        (level(lab), float(poincare_np.dist(POINTS["sneaker"], y, c=1.0)), i)
+        (level(lab), -firmness(chain[level(lab)], y), i)
         for i, (y, lab) in items.items()
         if lab is not None
     )

@@ -169,7 +169,7 @@ def test_search_filter_with_vector_payload_max_distance(client, rt):
         res = r.json()["results"]
         assert len(res) == 5, mode
         assert all(h["payload"]["color"] == "red" and "vector" not in h for h in res)
-    body = {"label": "sneaker", "k": 5, "filter": f, "with_vector": True}
+    body = {"label": "sneaker", "k": 5, "mode": "nearest", "filter": f, "with_vector": True}
     res = client.post("/v1/search", json=body).json()["results"]
     by_id = {it["id"]: it for it in items}
     for h in res:
