@@ -54,7 +54,7 @@ from ..taxonomy import Taxonomy
 __all__ = ["CapPlacement", "cap_construction", "spherical_code", "tree_parents", "tree_plan"]
 
 
-def tree_parents(taxonomy: Taxonomy) -> tuple[np.ndarray, list[int]]:
+def tree_parents(taxonomy: Taxonomy, *, general: bool = False) -> tuple[np.ndarray, list[int]]:
     """A spanning forest: ``parent[i]`` (-1 for roots) and a top-down order of it.
 
     The rule for a node ``v`` of several parents (``tree_plan`` has the
@@ -73,12 +73,21 @@ def tree_parents(taxonomy: Taxonomy) -> tuple[np.ndarray, list[int]]:
     (``M``'s tree ancestors below ``a``, chain node), which are counted
     against the fold (it is made only where it gains more than it costs).
     """
-    tree, order, _ = tree_plan(taxonomy)
+    tree, order, _ = tree_plan(taxonomy, general=general)
     return tree, order
 
 
-def tree_plan(taxonomy: Taxonomy) -> tuple[np.ndarray, list[int], int]:
-    """:func:`tree_parents` and the number of pairs its folds hold falsely."""
+def tree_plan(taxonomy: Taxonomy, *, general: bool = False) -> tuple[np.ndarray, list[int], int]:
+    """:func:`tree_parents` and the number of pairs its folds hold falsely.
+
+    ``general``: a folded chain node may have children besides the one it
+    leads to (e.g. ``causal_agent.n.01``, the second parent of
+    ``person.n.01``, with the agents beside the persons); its other
+    descendants come along into the chosen parent's cap, as false
+    descendants of the chosen parent's tree ancestors below the chain's top.
+    The count returned is exact (tree-ancestor pairs that are not closure
+    pairs).
+    """
     n = len(taxonomy)
     parents = [taxonomy.parent_ids(i) for i in range(n)]
     children = [taxonomy.child_ids(i) for i in range(n)]
@@ -96,7 +105,6 @@ def tree_plan(taxonomy: Taxonomy) -> tuple[np.ndarray, list[int], int]:
     tree = np.full(n, -1, dtype=np.int64)
     n_anc = np.zeros(n, dtype=np.int64)  # tree ancestors of each node
     folded = np.zeros(n, dtype=bool)
-    false_pairs = 0
 
     def tree_chain(m: int) -> list[int]:
         out = [m]
@@ -105,15 +113,29 @@ def tree_plan(taxonomy: Taxonomy) -> tuple[np.ndarray, list[int], int]:
         return out
 
     def pass_through(q: int, v: int, m: int) -> tuple[list[int], int] | None:
-        """The chain from ``q`` up to below an ancestor of ``m``, and its cost."""
+        """The chain from ``q`` up to below an ancestor of ``m``, and its cost.
+
+        With ``general`` folds a chain node may have other children: they
+        and their descendants come along, each a false descendant of the
+        tree ancestors of ``m`` below the chain's top ``a`` (counted in the
+        cost, so the fold is made only where the pairs gained outnumber them).
+        """
         up = set(taxonomy.ancestor_ids(m).tolist()) | {m}
+        on_tree = set(tree_chain(m))
         chain, below = [], v
-        while len(parents[q]) == 1 and children[q] == (below,) and not folded[q]:
+        while (
+            len(parents[q]) == 1
+            and (children[q] == (below,) or (general and below in children[q]))
+            and not folded[q]
+            and q not in up
+            and q not in on_tree
+        ):
             chain.append(q)
             a = parents[q][0]
             if a in up:
                 top = set(taxonomy.ancestor_ids(a).tolist()) | {a}
-                return chain, len(chain) * sum(t not in top for t in tree_chain(m))
+                along = int(n_desc[chain[-1]]) - int(n_desc[v])  # nodes that come along
+                return chain, along * sum(t not in top for t in tree_chain(m))
             below, q = q, a
         return None
 
@@ -141,7 +163,6 @@ def tree_plan(taxonomy: Taxonomy) -> tuple[np.ndarray, list[int], int]:
             n_anc[v] = n_anc[m] + 1
             continue
         chain, cost = fold
-        false_pairs += cost
         tree[chain[-1]] = m
         for q in reversed(chain):  # top down
             n_anc[q] = n_anc[tree[q]] + 1
@@ -157,7 +178,46 @@ def tree_plan(taxonomy: Taxonomy) -> tuple[np.ndarray, list[int], int]:
     while head < len(out):
         out.extend(kids[out[head]])
         head += 1
-    return tree, out, false_pairs
+    held, tree_pairs = _held_pairs(tree, out, edges)
+    return tree, out, int(tree_pairs - held.sum())
+
+
+def _euler(tree: np.ndarray, order: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Entry and exit times of a top-down ``order`` of the forest ``tree``:
+    ``a`` is a tree ancestor of ``u`` (or ``u``) iff ``tin[a] <= tin[u] < tout[a]``."""
+    n = len(tree)
+    kids: list[list[int]] = [[] for _ in range(n)]
+    roots = []
+    for i in order:
+        (kids[tree[i]] if tree[i] >= 0 else roots).append(i)
+    tin = np.zeros(n, dtype=np.int64)
+    tout = np.zeros(n, dtype=np.int64)
+    t = 0
+    stack = [(r, False) for r in reversed(roots)]
+    while stack:
+        v, done = stack.pop()
+        if done:
+            tout[v] = t
+            continue
+        tin[v] = t
+        t += 1
+        stack.append((v, True))
+        stack.extend((k, False) for k in reversed(kids[v]))
+    return tin, tout
+
+
+def _held_pairs(tree: np.ndarray, order: list[int], edges: np.ndarray) -> tuple[np.ndarray, int]:
+    """Which closure pairs ``(u, a)`` the tree holds (``a`` a tree ancestor of ``u``), and
+    the number of tree-ancestor pairs."""
+    tin, tout = _euler(tree, order)
+    depth = np.zeros(len(tree), dtype=np.int64)
+    for i in order:
+        if tree[i] >= 0:
+            depth[i] = depth[tree[i]] + 1
+    if len(edges) == 0:
+        return np.zeros(0, dtype=bool), int(depth.sum())
+    u, a = edges[:, 0], edges[:, 1]
+    return (tin[a] <= tin[u]) & (tin[u] < tout[a]), int(depth.sum())
 
 
 _CODES: dict[tuple[int, int, int], np.ndarray] = {}
@@ -250,6 +310,132 @@ class CapPlacement:
     info: dict = field(default_factory=dict)
 
 
+def _assign(score: np.ndarray) -> np.ndarray:
+    """Greedy assignment of rows to columns by decreasing score, (k, k) -> perm (row -> column).
+
+    Deterministic (stable order on ties); rows of zero score take the columns left.
+    """
+    k = len(score)
+    perm = np.full(k, -1, dtype=np.int64)
+    used = np.zeros(k, dtype=bool)
+    live = np.flatnonzero(np.abs(score).max(1) > 0) if k else np.zeros(0, dtype=np.int64)
+    if len(live):
+        sub = score[live]
+        flat = np.argsort(-sub, axis=None, kind="stable")
+        rows, cols = np.unravel_index(flat, sub.shape)
+        left = len(live)
+        for r, c in zip(rows.tolist(), cols.tolist(), strict=True):
+            if perm[live[r]] < 0 and not used[c]:
+                perm[live[r]] = c
+                used[c] = True
+                left -= 1
+                if left == 0:
+                    break
+    free = iter(np.flatnonzero(~used).tolist())
+    for r in range(k):
+        if perm[r] < 0:
+            perm[r] = next(free)
+    return perm
+
+
+def _arrange(code: np.ndarray, pull: np.ndarray, tie: np.ndarray | None, iters: int = 6):
+    """Rotate a spherical code and assign its points to children, so that each child
+    points where its pairs off the tree lie.
+
+    ``code`` (k, m) unit vectors; ``pull`` (k, m): for each child the sum of unit
+    directions (in the code's space) towards the nodes its subtree has pairs with
+    outside the parent's subtree; ``tie`` (k, k): pairs between the children's
+    subtrees (siblings pulled towards each other). Alternates the best rotation
+    for an assignment (orthogonal Procrustes) and the best assignment for a
+    rotation (greedy). Returns (Q, perm): child ``i`` gets ``Q @ code[perm[i]]``.
+    """
+    k, m = code.shape
+    perm = np.arange(k)
+    rot = np.eye(m)
+    for _ in range(iters):
+        slots = code[perm] @ rot.T
+        g = pull + (tie @ slots if tie is not None else 0.0)
+        u, _, vt = np.linalg.svd(g.T @ code[perm])
+        rot = u @ vt
+        new = _assign(g @ (code @ rot.T).T)
+        if np.array_equal(new, perm):
+            break
+        perm = new
+    g = pull + (tie @ (code[perm] @ rot.T) if tie is not None else 0.0)
+    u, _, vt = np.linalg.svd(g.T @ code[perm])
+    return u @ vt, perm
+
+
+class _OffTree:
+    """The closure pairs the spanning tree does not hold, indexed for the layout.
+
+    Each pair ``(u, a)`` is kept twice, once from each end; ``pulls(p, kids)``
+    gives, for the children of ``p``, the unit directions towards the other
+    ends that lie outside ``p``'s subtree (through the deepest placed node
+    above each, ``place``) and the counts of pairs between the children's
+    subtrees.
+    """
+
+    def __init__(self, tree, order, edges, n):
+        held, _ = _held_pairs(tree, order, edges)
+        off = edges[~held] if len(edges) else np.zeros((0, 2), dtype=np.int64)
+        self.tin, self.tout = _euler(tree, order)
+        near = np.concatenate([off[:, 0], off[:, 1]])
+        far = np.concatenate([off[:, 1], off[:, 0]])
+        key = self.tin[near]
+        o = np.argsort(key, kind="stable")
+        self.key, self.far = key[o], far[o]
+        self.count = len(off)
+        # deepest placed tree ancestor (or self) of each node, by entry time
+        self.placed = np.full(n, -1, dtype=np.int64)
+        self.node_at = np.empty(n, dtype=np.int64)
+        self.node_at[self.tin] = np.arange(n)
+
+    def mark(self, c: int) -> None:
+        self.placed[self.tin[c] : self.tout[c]] = c
+
+    def pulls(self, p: int, kids: list[int], dirs: np.ndarray):
+        k, d = len(kids), dirs.shape[1]
+        lo = np.searchsorted(self.key, self.tin[p] if p >= 0 else 0, side="left")
+        hi = np.searchsorted(self.key, self.tout[p] if p >= 0 else len(self.placed), side="left")
+        if lo == hi:
+            return None, None
+        near, far = self.key[lo:hi], self.far[lo:hi]
+        ktin = self.tin[np.asarray(kids)]
+        kor = np.argsort(ktin, kind="stable")
+        kt = ktin[kor]
+        which = np.searchsorted(kt, near, side="right") - 1
+        ok = which >= 0
+        ok[ok] &= near[ok] < self.tout[np.asarray(kids)[kor[which[ok]]]]
+        near, far, which = near[ok], far[ok], kor[which[ok]]
+        ft = self.tin[far]
+        inside = (ft >= self.tin[p]) & (ft < self.tout[p]) if p >= 0 else np.ones(len(ft), bool)
+        pull = np.zeros((k, d))
+        ext = ~inside
+        if ext.any():
+            to = self.placed[ft[ext]]
+            keep = to >= 0
+            e = dirs[to[keep]]
+            if p >= 0:
+                e = e - (e @ dirs[p])[:, None] * dirs[p]
+            nrm = np.linalg.norm(e, axis=1)
+            good = nrm > 1e-12
+            np.add.at(pull, which[ext][keep][good], e[good] / nrm[good, None])
+        tie = None
+        if inside.any():
+            wf = np.searchsorted(kt, ft[inside], side="right") - 1
+            good = wf >= 0
+            wf_k = kor[wf[good]]
+            wn = which[inside][good]
+            diff = wf_k != wn
+            if diff.any():
+                tie = np.zeros((k, k))
+                np.add.at(tie, (wn[diff], wf_k[diff]), 1.0)
+        if not pull.any() and tie is None:
+            return None, None
+        return pull, tie
+
+
 def cap_construction(
     taxonomy: Taxonomy,
     dim: int,
@@ -261,8 +447,17 @@ def cap_construction(
     margin: float = 0.02,
     min_step: float = 1.0,
     seed: int = 0,
+    layout: str = "pull",
+    folds: str = "general",
 ) -> CapPlacement:
     """Place every node so that caps nest along a spanning tree (see the module docstring).
+
+    ``layout``: ``"pull"`` (the default) turns and assigns each node's
+    children so that every subtree lies towards the nodes it has closure
+    pairs with off the tree (second parents and their ancestors, pulled from
+    both ends; :func:`_arrange`), ``"random"`` a random rotation (the layout
+    before). ``folds``: ``"general"`` (the default) or ``"pass-through"``
+    (:func:`tree_plan`'s ``general``).
 
     Returns a :class:`CapPlacement`; ``info`` has the largest radius, the
     smallest step, the number of closure pairs the spanning tree cannot
@@ -272,9 +467,14 @@ def cap_construction(
     """
     if dim < 2:
         raise ValueError(f"dim must be at least 2, got {dim}")
+    if layout not in ("pull", "random"):
+        raise ValueError(f"layout must be 'pull' or 'random', got {layout!r}")
+    if folds not in ("general", "pass-through"):
+        raise ValueError(f"folds must be 'general' or 'pass-through', got {folds!r}")
     rng = np.random.default_rng(seed)
     n = len(taxonomy)
-    tree, order, false_pairs = tree_plan(taxonomy)
+    edges = taxonomy.closure_edges()
+    tree, order, false_pairs = tree_plan(taxonomy, general=folds == "general")
     kids: list[list[int]] = [[] for _ in range(n)]
     roots = []
     for i in order:
@@ -283,24 +483,42 @@ def cap_construction(
     rho = np.zeros(n)
     theta = np.zeros(n)
     steps = []
+    off = _OffTree(tree, order, edges, n) if layout == "pull" else None
 
-    def place_from_origin(children: list[int]) -> None:
+    def arranged(p: int, children: list[int], code: np.ndarray, basis: np.ndarray):
+        """Unit vectors (in the basis' space) of the children: pulled, or the code as drawn."""
+        if off is not None:
+            pull, tie = off.pulls(p, children, dirs)
+            if pull is not None:
+                rot, perm = _arrange(code, pull @ basis, tie)
+                out = code[perm] @ rot.T
+                for c in children:
+                    off.mark(c)
+                return out
+            for c in children:
+                off.mark(c)
+        return code
+
+    def place_from_origin(children: list[int], p: int) -> None:
         code = spherical_code(len(children), dim, seed=seed)
         q, _ = np.linalg.qr(rng.standard_normal((dim, dim)))
         cap = min(_min_angle(code) / (2 * separation), theta0 * math.exp(-beta * min_step))
         r0 = math.log(theta0 / cap) / beta
         steps.append(r0)
+        vec = arranged(p, children, code, q)
         for j, ch in enumerate(children):
-            dirs[ch] = q @ code[j]
+            dirs[ch] = q @ vec[j]
             rho[ch] = r0
             theta[ch] = cap
 
     if len(roots) == 1:
         theta[roots[0]] = theta0
-        place_from_origin(kids[roots[0]])
+        if off is not None:
+            off.mark(roots[0])
+        place_from_origin(kids[roots[0]], roots[0])
         todo = [i for i in order if i != roots[0]]
     else:
-        place_from_origin(roots)
+        place_from_origin(roots, -1)
         todo = list(order)
     for p in todo:
         ch = kids[p]
@@ -313,25 +531,23 @@ def cap_construction(
         basis = _tangent_basis(dirs[p], rng)
         step = -math.log(r) / beta
         steps.append(step)
+        vec = arranged(p, ch, code, basis)
         for j, c in enumerate(ch):
-            t = basis @ code[j]
+            t = basis @ vec[j]
             v = math.cos(alpha) * dirs[p] + math.sin(alpha) * t
             dirs[c] = v / np.linalg.norm(v)
             rho[c] = rho[p] + step
             theta[c] = theta[p] * r
     norm = np.tanh(rho / 2) / math.sqrt(curvature)
     points = torch.from_numpy(dirs * norm[:, None])
-    # closure pairs outside the spanning tree's ancestor chains
-    tree_anc = np.zeros(n, dtype=np.int64)
-    for i in order:
-        if tree[i] >= 0:
-            tree_anc[i] = tree_anc[tree[i]] + 1
-    lost = int(len(taxonomy.closure_edges()) - (tree_anc.sum() - false_pairs))
+    held, _ = _held_pairs(tree, order, edges)
     info = {
         "max_radius": float(rho.max()) if n else 0.0,
         "min_step": float(min(steps)) if steps else 0.0,
         "max_step": float(max(steps)) if steps else 0.0,
-        "pairs_off_tree": lost,
+        "pairs_off_tree": int(len(edges) - held.sum()),
         "pairs_folded": int(false_pairs),
+        "layout": layout,
+        "folds": folds,
     }
     return CapPlacement(points=points, radius=rho, tree_parent=tree, info=info)

@@ -60,6 +60,12 @@ class LabelTrainConfig:
     cap_separation: float = 1.1  # sibling caps at least this factor apart
     cap_margin: float = 0.02  # children's caps this share inside the parent's
     cap_min_step: float = 1.0  # smallest radius of the root's children
+    # "pull": children turned towards the nodes their subtrees have pairs with off the
+    # spanning tree (second parents); "random": a random rotation (the layout before)
+    cap_layout: str = "pull"
+    # "general": a second parent's chain is folded into the chosen parent's cap also when
+    # it has other children (counted as false pairs); "pass-through": only one-child chains
+    cap_folds: str = "general"
     cone_epochs: int = 0
     cone_weight: float = 0.0  # weight of the cone loss added to every N&K step; 0: off
     cone_negatives: int = 10
@@ -101,6 +107,12 @@ class LabelTrainConfig:
             raise ValueError(
                 "the cone stage (cone_epochs, cone_weight) trains Ganea cones: "
                 "use init 'hierarchical' with it (the cap init's cones nest by construction)"
+            )
+        if self.cap_layout not in ("pull", "random"):
+            raise ValueError(f"cap_layout must be 'pull' or 'random', got {self.cap_layout!r}")
+        if self.cap_folds not in ("general", "pass-through"):
+            raise ValueError(
+                f"cap_folds must be 'general' or 'pass-through', got {self.cap_folds!r}"
             )
         if not self.cap_separation >= 1:
             raise ValueError(f"cap_separation must be >= 1, got {self.cap_separation}")

@@ -281,6 +281,8 @@ def train_labels(
                 margin=cfg.cap_margin,
                 min_step=cfg.cap_min_step,
                 seed=cfg.seed,
+                layout=cfg.cap_layout,
+                folds=cfg.cap_folds,
             )
             theta = placed.points
             construction = placed.info
