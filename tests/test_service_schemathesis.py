@@ -2,12 +2,15 @@
 
 A real uvicorn server on 127.0.0.1 (in a thread of this process, around a small
 real index); every operation gets a bounded number of generated requests,
-valid and invalid. No response may be a 5xx, and every response must match the
-schema (status code documented, content type, body shape).
+valid and invalid. No response may be a 5xx, every response must match the
+schema (status code documented, content type, body shape), and every 4xx must
+carry a one-line ``detail`` (issue 32). ``HYPSEARCH_FUZZ_EXAMPLES`` raises the
+budget for a longer run (benchmarks, by hand).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -27,13 +30,27 @@ from schemathesis.checks import (  # noqa: E402
 
 pytestmark = needs_data
 
+
+def error_has_detail(ctx, response, case) -> None:
+    """Every 4xx answer is JSON with a non-empty string ``detail``."""
+    if 400 <= response.status_code < 500:
+        try:
+            body = response.json()
+        except ValueError:
+            raise AssertionError(f"{response.status_code} without a JSON body") from None
+        detail = body.get("detail") if isinstance(body, dict) else None
+        if not isinstance(detail, str) or not detail:
+            raise AssertionError(f"{response.status_code} without detail: {str(body)[:200]}")
+
+
 CHECKS = [
     not_a_server_error,
     status_code_conformance,
     content_type_conformance,
     response_schema_conformance,
+    error_has_detail,
 ]
-MAX_EXAMPLES = 25
+MAX_EXAMPLES = int(os.environ.get("HYPSEARCH_FUZZ_EXAMPLES", "50"))
 
 
 @pytest.fixture(scope="module")
