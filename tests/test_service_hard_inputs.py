@@ -407,6 +407,12 @@ def test_malformed_snapshots_change_nothing(env, coll, tmp_path):
         assert _detail(r).startswith("snapshot"), what
         assert _count(c, coll) == 1, what
     assert c.post(f"{coll}/items/get", json={"ids": ["keep-1"]}).json()["items"]
+    # the default collection (restored in place) refuses them the same way
+    default, before = "/v1/collections/default", _count(c)
+    for what in ("odd metadata", "wrong count", "only checksums", "garbage store", "sparse member"):
+        r = _upload(c, default, cases[what])
+        assert r.status_code == 422 and _detail(r).startswith("snapshot"), (what, r.text)
+    assert _count(c) == before and c.get(f"{default}/snapshots").json() == []
     r = c.get(f"{coll}/snapshots")
     assert r.status_code == 200 and r.json() == listed  # nothing kept of a failed restore
     # a good one restores, and what is listed is measured on the restored index
