@@ -9,6 +9,7 @@ options override them. Nothing is created at import time: call
 from __future__ import annotations
 
 import os
+import secrets
 from pathlib import Path
 from typing import Annotated
 
@@ -108,9 +109,9 @@ class Settings(BaseSettings):
         default=2, ge=1, description="large pictures decoded at the same time"
     )
     cursor_secret: SecretStr | None = Field(
-        default=None,
+        default_factory=lambda: SecretStr(secrets.token_urlsafe(32)),
         description="HMAC key of scroll cursors (default: random at each start, so "
-        "cursors do not outlive the process)",
+        "cursors do not outlive the process; Ray replicas get the serving process's)",
     )
     cursor_ttl_s: float = Field(
         default=24 * 3600, gt=0, description="seconds a scroll cursor stays valid"
@@ -179,6 +180,15 @@ class Settings(BaseSettings):
             return None
         if s.strip().lower() in _PLACEHOLDER_KEYS or len(s) < 8:
             raise ValueError("api_key: use a real secret of at least 8 characters")
+        return v
+
+    @field_validator("cursor_secret")
+    @classmethod
+    def _cursor_secret(cls, v: SecretStr | None) -> SecretStr:
+        if v is None or len(v.get_secret_value()) < 16:
+            if v is not None and v.get_secret_value():
+                raise ValueError("cursor_secret: use a secret of at least 16 characters")
+            return SecretStr(secrets.token_urlsafe(32))  # empty: a random one
         return v
 
     @field_validator("log_level")
