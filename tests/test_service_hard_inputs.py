@@ -246,6 +246,16 @@ def test_filters_on_absent_fields_bounded(env):
     assert r.status_code == 422 and "HYPSEARCH_MAX_FILTER_KEYS" in _detail(r)
     r = c.post("/v1/count", json={"filter": {"should": [{"key": "id", "match": "a"}] * 257}})
     assert r.status_code == 422 and "HYPSEARCH_MAX_FILTER_CONDITIONS" in _detail(r)
+    many = {"should": [{"key": f"payload.k{i}", "match": 1} for i in range(17)]}
+    for path, body in (
+        ("/v1/search", {"vector": [0.01] * env["art"].model.dim, "k": 3, "filter": many}),
+        ("/v1/scroll", {"filter": many}),
+        ("/v1/search/batch", {"searches": [{"label": "sneaker", "filter": many}]}),
+    ):
+        r = c.post(path, json=body)
+        assert r.status_code == 422 and "HYPSEARCH_MAX_FILTER_KEYS" in _detail(r), path
+    r = c.post("/v1/items/delete", json={"filter": many}, headers=AUTH)
+    assert r.status_code == 422 and "HYPSEARCH_MAX_FILTER_KEYS" in _detail(r)
     start = _rss(pid)
     for j in range(40):
         f = {"should": [{"key": f"payload.n{j}x{i}", "range": {"gt": 0}} for i in range(16)]}
