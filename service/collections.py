@@ -602,13 +602,13 @@ class Collections:
                 except (ValueError, OSError) as e:
                     raise ApiError(422, f"taxonomy: {taxonomy}: {e}") from None
         if labels is None:
-            cells, most = len(tax) * sp.dim, self.settings.max_label_values
-            if cells > most:
+            work, most = len(tax) * sp.dim**2, self.settings.max_label_work
+            if work > most:
                 raise ApiError(
                     422,
-                    f"space: {len(tax):,} labels in {sp.dim:,} dimensions are {cells:,} "
-                    f"numbers to place, at most {most:,} (HYPSEARCH_MAX_LABEL_VALUES); "
-                    "use a smaller dimension or taxonomy",
+                    f"space: placing {len(tax):,} labels in {sp.dim:,} dimensions is "
+                    f"{work:,} (labels x dimension^2), at most {most:,} "
+                    "(HYPSEARCH_MAX_LABEL_WORK); use a smaller dimension or taxonomy",
                 )
             labels = _cap_labels(tax, sp)
         labels.save(folder / LABELS_FILE)

@@ -120,10 +120,11 @@ class Settings(BaseSettings):
         default=4096, ge=2, description="dimension of a collection's space (all factors)"
     )
     max_space_factors: int = Field(default=16, ge=1, description="factors of a product space")
-    max_label_values: int = Field(
-        default=20_000_000,
+    max_label_work: int = Field(
+        default=1_000_000_000,
         ge=1,
-        description="labels x dimension a new collection places (the cap construction)",
+        description="labels x dimension^2 a new collection's cap construction may take "
+        "(its time grows so: 300 labels at 2,048 dimensions took 24 s on 2 cores)",
     )
     max_snapshot_bytes: int = Field(
         default=16 * 1024 * 1024 * 1024,

@@ -469,6 +469,16 @@ def test_spaces_bounded(env):
         assert r.status_code == 422, (space, r.status_code, r.text[:300])
         assert setting in _detail(r), (space, r.text)
         assert time.perf_counter() - t0 < 2
+    # within the dimension bound, but too long to place: refused before any work
+    tax = [[f"n{i}", f"n{(i - 1) // 8}"] for i in range(1, 120)]
+    t0 = time.perf_counter()
+    r = c.post(
+        "/v1/collections",
+        json={"name": "big", "space": "poincare:4096", "taxonomy": tax},
+        headers=AUTH,
+    )
+    assert r.status_code == 422 and "HYPSEARCH_MAX_LABEL_WORK" in _detail(r), r.text
+    assert time.perf_counter() - t0 < 5
     assert "big" not in [x["name"] for x in c.get("/v1/collections").json()]
 
 
