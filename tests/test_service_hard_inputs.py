@@ -24,6 +24,7 @@ import json
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 from pathlib import Path
 
@@ -599,3 +600,38 @@ def test_adversarial_load_keeps_memory_latency_and_items(env, coll, tmp_path):
     assert p99 < 0.050, f"/healthz p99 {p99 * 1000:.1f} ms"
     assert grown < 200 * 2**20, f"RSS grew by {grown / 2**20:.0f} MB"
     assert (_count(c), _count(c, coll)) == counts
+
+
+def test_slow_create_holds_no_registry_lock(env):
+    """A collection whose labels take seconds to place does not hold up alias changes
+    (the registry lock is taken only to reserve the name and to commit)."""
+    c = env["c"]
+    tax = [[f"s{i}", f"s{(i - 1) // 8}"] for i in range(1, 150)]
+    done = {}
+
+    def create():
+        t0 = time.perf_counter()
+        r = c.post(
+            "/v1/collections",
+            json={"name": "slow", "space": "poincare:1536", "taxonomy": tax},
+            headers=AUTH,
+        )
+        done["status"], done["s"] = r.status_code, time.perf_counter() - t0
+
+    th = threading.Thread(target=create)
+    th.start()
+    time.sleep(0.5)
+    t0 = time.perf_counter()
+    r = c.put("/v1/aliases/quick", json={"collection": "default"}, headers=AUTH)
+    alias_s = time.perf_counter() - t0
+    busy = th.is_alive()
+    r2 = c.post("/v1/collections", json={"name": "slow", "space": "poincare:4"}, headers=AUTH)
+    th.join(120)
+    print(f"create {done.get('s', 0):.1f} s, alias {alias_s:.3f} s while busy={busy}")
+    assert r.status_code == 200, r.text
+    assert done["status"] in (200, 201), done
+    assert busy, "the create was over before the alias was set: make it slower"
+    assert alias_s < 1.0, alias_s  # answered while the create still ran
+    assert r2.status_code == 409, r2.text  # the name is taken meanwhile
+    assert c.delete("/v1/collections/slow", headers=AUTH).status_code == 200
+    assert c.delete("/v1/aliases/quick", headers=AUTH).status_code == 200
