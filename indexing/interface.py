@@ -158,6 +158,7 @@ class Index(Protocol):
         *,
         labels: Iterable[str] | None = None,
         where: Filter | Mapping | None = None,
+        extra: Sequence[tuple[str, Sequence[str]]] = (),
     ) -> Candidates: ...
 
     def search_entailment(
@@ -170,6 +171,7 @@ class Index(Protocol):
         spread: bool = True,
         labels: Iterable[str] | None = None,
         where: Filter | Mapping | None = None,
+        extra: Sequence[tuple[str, Sequence[str]]] = (),
     ) -> list[EntailmentHit]: ...
 
     # -- life -----------------------------------------------------------------------

@@ -632,6 +632,7 @@ class ShardedIndex:
         *,
         labels: Iterable[str] | None = None,
         where: Filter | Mapping | None = None,
+        extra: Sequence[tuple[str, Sequence[str]]] = (),
     ) -> Candidates:
         """Every shard's candidates merged (:func:`indexing.entailment.merge_candidates`):
         the candidates of one index over all the items (a shard ranks its outside
@@ -639,6 +640,8 @@ class ShardedIndex:
         q = self._space.as_points(query, "query", allow_1d=True)
         want = check_pos_int(want, "want")
         filters = self._filters(labels=labels, where=where)
+        if extra:
+            filters["extra"] = [(str(a), list(b)) for a, b in extra]
         parts = self._all("call", "entailment_candidates", apex, q, want, **filters)
         return merge_candidates(parts, want)
 
@@ -652,11 +655,14 @@ class ShardedIndex:
         spread: bool = True,
         labels: Iterable[str] | None = None,
         where: Filter | Mapping | None = None,
+        extra: Sequence[tuple[str, Sequence[str]]] = (),
     ) -> list[EntailmentHit]:
         """:meth:`indexing.HyperbolicIndex.search_entailment` over every shard's items."""
         k = check_pos_int(k, "k")
         offset = check_pos_int(offset, "offset", 0)
-        cand = self.entailment_candidates(apex, query, offset + k, labels=labels, where=where)
+        cand = self.entailment_candidates(
+            apex, query, offset + k, labels=labels, where=where, extra=extra
+        )
         return entailment_order(cand, offset + k, spread=spread)[offset:]
 
     # -- snapshots ------------------------------------------------------------------

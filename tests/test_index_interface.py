@@ -150,8 +150,27 @@ def test_the_service_calls_only_protocol_members_on_an_index():
         text = f.read_text()
         for m in re.finditer(r"\b(?:rt|self|runtime|old\.runtime)\.index\.(\w+)", text):
             called.setdefault(m.group(1), set()).add(f.relative_to(ROOT).as_posix())
-        for m in re.finditer(r"(?:->|:)\s*\"?(HyperbolicIndex|ShardedIndex)\b", text):
+        hint = r"(?<!lambda)(?:->|:)\s*\"?(HyperbolicIndex|ShardedIndex)\b(?![.(])"
+        for m in re.finditer(hint, text):
             raise AssertionError(f"{f.relative_to(ROOT)}: a type hint names {m.group(1)}")
     assert called, "no index call found: the pattern is stale"
     unknown = {n: sorted(fs) for n, fs in called.items() if n not in members}
     assert not unknown, f"the service calls these outside the Protocol: {unknown}"
+
+
+def test_the_protocol_keeps_up_with_the_reference_index():
+    """Every parameter of a :class:`HyperbolicIndex` method that the Protocol names
+    is in the Protocol too: an option added there (and used by the service) is
+    added to the Protocol, and so held against the sharded index."""
+    missing = {}
+    for name, want in protocol_members().items():
+        if isinstance(want, property):
+            continue
+        got = inspect.getattr_static(HyperbolicIndex, name)
+        if isinstance(want, classmethod):
+            continue  # load: each class's own options (backend parameters)
+        params = set(inspect.signature(want).parameters)
+        extra = [p for p in inspect.signature(got).parameters if p not in params]
+        if extra:
+            missing[name] = extra
+    assert not missing, f"HyperbolicIndex takes options the Protocol lacks: {missing}"

@@ -23,9 +23,13 @@ function mode() {
   return document.querySelector('input[name="mode"]:checked').value;
 }
 
+const MODES = ["auto", "entailment", "hierarchical", "nearest"];
+
+// a mode from the address bar: only a known value is used (entailment shows as auto)
 function setMode(m) {
-  const el = document.querySelector(`input[name="mode"][value="${m}"]`);
-  if (el) el.checked = true;
+  if (!MODES.includes(m)) return;
+  const value = m === "entailment" ? "auto" : m;
+  for (const el of document.querySelectorAll('input[name="mode"]')) el.checked = el.value === value;
 }
 
 function k() {
@@ -33,7 +37,7 @@ function k() {
   return Number.isFinite(v) ? Math.min(Math.max(v, 1), 200) : 12;
 }
 
-// hierarchical mode shows the nearest few of every level; nearest mode the k nearest
+// hierarchical mode shows the firmest few of every level; the other modes the first k
 function sizing() {
   return mode() === "hierarchical" ? { k: 1000, per_level: k() } : { k: k() };
 }
@@ -49,7 +53,9 @@ function shortName(label) {
 }
 
 function levelTitle(level, via, queryLabel, hits) {
-  if (level === null || level === undefined) return ["Nearest items", ""];
+  if (level === null || level === undefined) {
+    return mode() === "nearest" ? ["Nearest items", ""] : ["What it is", shortName(queryLabel)];
+  }
   const under = `under ${shortName(via)}`;
   if (level === 0) {
     // a class (every item carries the label itself) or an inner node of the taxonomy
@@ -169,6 +175,20 @@ function setBusy(busy) {
   $("#go").disabled = busy;
 }
 
+// a general label: one section per child branch holding items (POST /v1/count facets)
+async function facetsOf(text) {
+  try {
+    const c = await api("/v1/count", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ label: text, facet: "children" }),
+    });
+    return c.facets || [];
+  } catch (e) {
+    return [];
+  }
+}
+
 async function searchLabel(text) {
   text = (text || "").trim();
   if (!text) { showMessage(`Type a label name, such as ${input.placeholder.replace(" …", "")}.`); return; }
@@ -183,12 +203,15 @@ async function searchLabel(text) {
   history.replaceState(null, "", `/?${params}`);
   setBusy(true);
   try {
-    const body = await api("/v1/search", {
+    const post = (extra) => api("/v1/search", {
       method: "POST",
       headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ label: text, mode: mode(), ...sizing(), disk: true }),
+      body: JSON.stringify({ label: text, mode: mode(), ...sizing(), disk: true, ...extra }),
     });
+    const facets = mode() === "auto" ? await facetsOf(text) : [];
+    const body = await post(facets.length >= 2 ? { group_by: "children" } : {});
     render(body, `label “${text}”`);
+    if (mode() === "hierarchical") countLevels(body);
   } catch (e) {
     answer.hidden = true;
     showMessage(e.message, { error: true, suggestions: e.suggestions });
@@ -246,13 +269,59 @@ function itemImage(id) {
   return `/v1/items/${encodeURIComponent(id)}/image`;
 }
 
+function section(key, badgeText, color, title, sub, hits) {
+  const el = document.createElement("section");
+  el.className = "group";
+  el.dataset.level = key;
+  const h = document.createElement("h2");
+  const badge = document.createElement("span");
+  badge.className = "badge";
+  badge.style.background = color;
+  badge.textContent = badgeText;
+  const t = document.createElement("span");
+  t.textContent = title;
+  const v = document.createElement("span");
+  v.className = "via";
+  v.textContent = sub;
+  h.append(badge, t, v);
+  const grid = document.createElement("div");
+  grid.className = "grid";
+  for (const hit of hits) grid.append(hitCard(hit));
+  el.append(h, grid);
+  return el;
+}
+
+// hierarchical levels: how many items each level holds (the count under its via
+// label less the count under the level before)
+async function countLevels(body) {
+  const sections = [...results.querySelectorAll("section.group")];
+  let below = 0;
+  for (const el of sections) {
+    if (!el.dataset.via) continue;
+    let n;
+    try {
+      n = (await api("/v1/count", {
+        method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ label: el.dataset.via }),
+      })).count;
+    } catch (e) {
+      return;
+    }
+    const span = el.querySelector(".via");
+    span.textContent = `${span.textContent.split(" · ")[0]} · ${el.dataset.shown} of ${(n - below).toLocaleString()}`;
+    below = n;
+  }
+}
+
 function render(body, what) {
   answer.hidden = false;
   const q = body.query;
+  const n = body.groups ? body.groups.reduce((a, g) => a + g.results.length, 0) : body.results.length;
   summary.innerHTML = "";
   const s = document.createElement("span");
   s.innerHTML = `Results for <strong></strong>: query label <strong class="qlabel"></strong>, `
-    + `distance to the origin ${q.distance_to_origin.toFixed(3)}; ${body.results.length} items.`;
+    + `distance to the origin ${q.distance_to_origin.toFixed(3)}; ${n} items.`;
   s.querySelector("strong").textContent = what;
   const ql = s.querySelector(".qlabel");
   ql.textContent = q.label || "none";
@@ -260,6 +329,19 @@ function render(body, what) {
   summary.append(s);
 
   results.innerHTML = "";
+  if (body.groups) {
+    if (!body.groups.length) {
+      const p = document.createElement("p");
+      p.textContent = "No items.";
+      results.append(p);
+    }
+    body.groups.forEach((g, i) => {
+      const sub = `${g.count.toLocaleString()} items under it · ${g.results.length} shown`;
+      results.append(section(`child-${i}`, "▸", levelColor(0), shortName(g.label), sub, g.results));
+    });
+    drawDisk(body.disk);
+    return;
+  }
   const groups = new Map();
   for (const hit of body.results) {
     const key = hit.level === null || hit.level === undefined ? "nearest" : String(hit.level);
@@ -273,26 +355,14 @@ function render(body, what) {
   }
   for (const [key, hits] of groups) {
     const level = key === "nearest" ? null : Number(key);
-    const section = document.createElement("section");
-    section.className = "group";
-    section.dataset.level = key;
-    const h = document.createElement("h2");
     const [title, sub] = levelTitle(level, hits[0].via, q.label, hits);
-    const badge = document.createElement("span");
-    badge.className = "badge";
-    badge.style.background = levelColor(level);
-    badge.textContent = level === null ? "k" : String(level);
-    const t = document.createElement("span");
-    t.textContent = title;
-    const v = document.createElement("span");
-    v.className = "via";
-    v.textContent = `${sub} · ${hits.length} shown`;
-    h.append(badge, t, v);
-    const grid = document.createElement("div");
-    grid.className = "grid";
-    for (const hit of hits) grid.append(hitCard(hit));
-    section.append(h, grid);
-    results.append(section);
+    const badge = level === null ? "k" : String(level);
+    const el = section(key, badge, levelColor(level), title, `${sub} · ${hits.length} shown`, hits);
+    if (level !== null && hits[0].via) {
+      el.dataset.via = hits[0].via;
+      el.dataset.shown = String(hits.length);
+    }
+    results.append(el);
   }
   drawDisk(body.disk);
 }
@@ -301,7 +371,7 @@ function hitCard(hit) {
   const fig = document.createElement("figure");
   fig.className = "hit";
   fig.dataset.id = hit.id;
-  fig.title = `${hit.id}\n${hit.label || ""}\ndistance ${hit.distance.toFixed(4)}`;
+  fig.title = `${hit.id}\n${hit.label || ""}\nscore ${hit.score.toFixed(3)}\ngeodesic distance ${hit.distance.toFixed(4)}`;
   const img = document.createElement("img");
   img.loading = "lazy";
   img.alt = `${shortName(hit.label)} (${hit.id})`;
@@ -317,8 +387,9 @@ function hitCard(hit) {
   lab.className = "label";
   lab.textContent = shortName(hit.label);
   const dist = document.createElement("div");
-  dist.className = "dist";
-  dist.textContent = `d = ${hit.distance.toFixed(3)}`;
+  dist.className = "dist score";
+  dist.textContent = `${Math.round(hit.score * 100)}%`;
+  dist.title = `score ${hit.score.toFixed(3)} · geodesic distance ${hit.distance.toFixed(3)}`;
   cap.append(lab, dist);
   fig.append(img, cap);
   return fig;
@@ -350,12 +421,24 @@ function drawDisk(d) {
     const c = svg("circle", { cx: X(p), cy: Y(p), r: 0.017, class: "result", fill: levelColor(p.level) }, res);
     svg("title", {}, c).textContent = `${p.name} · ${p.label || ""}`;
   }
+  // label names: the deepest first (the answer's own labels), and a name only where
+  // it overlaps none already written, so the general labels near the origin, which
+  // crowd together, do not pile up (every label keeps its dot and its tooltip)
   const labels = svg("g", { class: "labels" }, disk);
-  for (const p of byName.values()) {
+  const written = [];
+  const named = [...byName.values()].sort((a, b) => Math.hypot(b.x, b.y) - Math.hypot(a.x, a.y));
+  for (const p of named) {
     const g = svg("g", { class: "label" }, labels);
     svg("circle", { cx: X(p), cy: Y(p), r: 0.013 }, g);
-    const t = svg("text", { x: X(p) + 0.02, y: Y(p) + 0.012 }, g);
-    t.textContent = shortName(p.name);
+    const text = shortName(p.name);
+    const w = 0.026 * text.length;
+    const box = { x: X(p) + 0.02, y: Y(p) - 0.03, w, h: 0.055 };
+    const clash = written.some((b) => box.x < b.x + b.w && b.x < box.x + box.w && box.y < b.y + b.h && b.y < box.y + box.h);
+    if (!clash) {
+      const t = svg("text", { x: box.x, y: Y(p) + 0.012 }, g);
+      t.textContent = text;
+      written.push(box);
+    }
     svg("title", {}, g).textContent = p.name;
   }
   const o = d.points.find((p) => p.kind === "origin");
