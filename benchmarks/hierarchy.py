@@ -112,7 +112,7 @@ def main() -> None:
         labels = classes + general
 
         lines = [
-            f"Index: the {len(truth):,} test images embedded by `{args.home}/model.safetensors` "
+            f"Index: the {len(truth):,} test images embedded by the demo's `model.safetensors` "
             f"({build_s:.0f} s to embed and index). Precision@{args.k}: share of the first "
             f"{args.k} results whose true class is the label or below it; all: every class "
             "under the label is among them.",
