@@ -148,8 +148,9 @@ class Client:
         id: str | None = None,  # noqa: A002 - the API's name
         k: int = 10,
         offset: int = 0,
-        mode: str = "nearest",
+        mode: str = "auto",
         levels: str | None = None,
+        group_by: str | None = None,
         filter: Json | None = None,  # noqa: A002 - the API's name
         with_vector: bool | None = None,
         with_payload: bool | None = None,
@@ -157,7 +158,10 @@ class Client:
         **extra: Any,
     ) -> Json:
         """``POST /v1/search`` by exactly one of ``vector``, ``label`` or ``id``:
-        ``{"query", "results": [{"id", "distance", "label", "level", "via"}, ...]}``."""
+        ``{"query", "results": [{"id", "score", "distance", "label", "level", "via"}, ...]}``;
+        ``mode`` ``auto`` (the server's default: ``entailment`` for a label, ``nearest``
+        otherwise), ``entailment``, ``nearest`` or ``hierarchical``; ``group_by="children"``
+        (a label query): ``{"query", "groups": [{"label", "count", "results"}, ...]}``."""
         return self._json("POST", "/v1/search", json=self._search_body(**locals()))
 
     @staticmethod
@@ -169,7 +173,7 @@ class Client:
         return {**_drop_none(kw), **extra}
 
     def search_hierarchical(self, vector: Sequence[float] | None = None, **kw: Any) -> Json:
-        """``search(..., mode="hierarchical")``: results ordered by (level, distance)."""
+        """``search(..., mode="hierarchical")``: results ordered by (level, firmness)."""
         return self.search(vector, mode="hierarchical", **kw)
 
     def search_image(
@@ -177,7 +181,7 @@ class Client:
         image: Image,
         *,
         k: int = 10,
-        mode: str = "nearest",
+        mode: str = "auto",
         filter: Json | None = None,  # noqa: A002 - the API's name
         **params,
     ) -> Json:
@@ -290,9 +294,17 @@ class Client:
             if cursor is None:
                 return
 
-    def count(self, filter: Json | None = None) -> int:  # noqa: A002
-        """``POST /v1/count``: how many items pass ``filter`` (all without)."""
-        return self._json("POST", "/v1/count", json=_drop_none({"filter": filter}))["count"]
+    def count(self, filter: Json | None = None, *, label: str | None = None) -> int:  # noqa: A002
+        """``POST /v1/count``: how many items pass ``filter`` (all without); with
+        ``label``, of the items that label's cone holds."""
+        body = _drop_none({"filter": filter, "label": label})
+        return self._json("POST", "/v1/count", json=body)["count"]
+
+    def facets(self, label: str, filter: Json | None = None) -> list[Json]:  # noqa: A002
+        """``POST /v1/count`` with ``facet: "children"``: ``[{"label", "count"}, ...]``,
+        the items under each child of ``label`` whose cone holds some."""
+        body = _drop_none({"label": label, "facet": "children", "filter": filter})
+        return self._json("POST", "/v1/count", json=body)["facets"]
 
     # -- index jobs -------------------------------------------------------------------------
     def start_job(self, path: str, class_map: Mapping[str, str] | None = None) -> Json:

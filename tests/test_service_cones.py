@@ -300,3 +300,86 @@ def test_cone_levels_by_default_only_for_a_model_that_places_images_in_cones(
         assert got[0] == ("shoe" if levels == "cone" else near[0])
     finally:
         rt.close()
+
+
+def _held_under(rt, query, items):
+    """Brute force: item -> (branch below the query label, firmness) for the items
+    the query label's cone holds (the branch from the cone chain of each item's
+    deepest holding cone)."""
+    out = {}
+    for i, (y, _) in items.items():
+        if margin(query, y) < 0:
+            continue
+        chain = rt.chain(deepest_ref(y), "cone")
+        below = chain[: chain.index(query)] if query in chain else []
+        out[i] = (below[-1] if below else query, firmness(query, y))
+    return out
+
+
+@pytest.mark.parametrize("query", ["footwear", "shoe", "sneaker"])
+def test_entailment_is_the_default_for_labels_and_holds_first(served, items, query):
+    """A label query with no mode: first every item the label's cone holds, the
+    firmest of each child branch before the second of any, scores never
+    increasing; then the items outside, least far outside first, score 0."""
+    rt, client = served
+    hits = client.post("/v1/search", json={"label": query, "k": len(items)}).json()["results"]
+    held = _held_under(rt, query, items)
+    assert {h["id"] for h in hits[: len(held)]} == set(held)
+    outside = [firmness(query, items[h["id"]][0]) for h in hits[len(held) :]]
+    assert outside == sorted(outside, reverse=True) and all(f < 0 for f in outside)
+    assert all(h["score"] == 0 for h in hits[len(held) :])
+    scores = [h["score"] for h in hits]
+    assert scores == sorted(scores, reverse=True)
+    branches = {b for b, _ in held.values() if b != query}
+    first = [held[h["id"]][0] for h in hits[: len(branches)]]
+    if branches:  # every child branch shows before any branch shows twice
+        assert set(first) == branches or len(set(first)) == len(first)
+    holder = {i: deepest_ref(items[i][0]) for i in held}
+    for lab in set(holder.values()):  # the items of one holding label: by firmness
+        f = [held[h["id"]][1] for h in hits if holder.get(h["id"]) == lab]
+        assert f == sorted(f, reverse=True)
+    nearest = client.post("/v1/search", json={"label": query, "k": 5, "mode": "nearest"})
+    d = [h["distance"] for h in nearest.json()["results"]]
+    assert d == sorted(d)
+
+
+def test_group_by_children_and_count_facets(served, items):
+    rt, client = served
+    held = _held_under(rt, "footwear", items)
+    want = {}
+    for b, _ in held.values():
+        if b != "footwear":
+            want[b] = want.get(b, 0) + 1
+    body = client.post(
+        "/v1/search", json={"label": "footwear", "k": 3, "group_by": "children"}
+    ).json()
+    assert "results" not in body
+    got = {g["label"]: g for g in body["groups"]}
+    assert {b: g["count"] for b, g in got.items()} == want
+    for b, g in got.items():
+        assert len(g["results"]) == min(3, want[b])
+        assert all(held[h["id"]][0] == b for h in g["results"])
+    c = client.post("/v1/count", json={"label": "footwear", "facet": "children"}).json()
+    assert c["count"] == len(held)
+    assert {f["label"]: f["count"] for f in c["facets"]} == want
+    assert client.post("/v1/count", json={"label": "footwear"}).json() == {"count": len(held)}
+
+
+@pytest.mark.parametrize(
+    "body, words",
+    [
+        ({"label": "shoe", "mode": "closest"}, ["mode", "entailment"]),
+        ({"label": "shoe", "group_by": "parents"}, ["group_by", "children"]),
+        ({"vector": [0.1] * DIM, "group_by": "children"}, ["group_by", "label"]),
+        ({"label": "shoe", "mode": "nearest", "group_by": "children"}, ["group_by"]),
+        ({"label": "no-such-label-xyz"}, ["label"]),
+    ],
+)
+def test_bad_modes_and_groups_are_422_naming_them(served, body, words):
+    _, client = served
+    r = client.post("/v1/search", json=body)
+    assert r.status_code == 422, r.text
+    for w in words:
+        assert w in r.text
+    r = client.post("/v1/count", json={"facet": "children"})
+    assert r.status_code == 422 and "facet" in r.text

@@ -336,6 +336,7 @@ def scroll(body: ScrollIn, rt: RuntimeDep, settings: SettingsDep) -> ScrollOut:
 @router.post(
     "/count",
     response_model=CountOut,
+    response_model_exclude_unset=True,
     summary="How many items pass a filter (all items without one)",
     responses={503: {"model": ErrorOut, "description": "still loading"}},
 )
