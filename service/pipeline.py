@@ -146,6 +146,7 @@ def answer_json(rt: Runtime, ans: Answer, disk: bool = False) -> bytes:
         label=ans.query_label,
         vector=ans.query_vector.tolist(),
         distance_to_origin=ans.query_radius,
+        mode=ans.mode,
     )
     if ans.groups is not None:
         out = SearchOut(

@@ -169,6 +169,12 @@ class Runtime:
             model is None or bool(getattr(model, "places_in_cones", False))
         )
         self.default_levels = "cone" if self.cones_hold else "taxonomy"
+        if model is not None and not self.cones_hold:
+            log.warning(
+                "the labels' cones do not hold this model's images (an unplaced model): "
+                "label queries rank by entailment by default; mode nearest ranks from "
+                "where the model puts each label's images"
+            )
         index.set_cones(self.cones)  # recomputes the holders only when the cones changed
         self._load_tallies()
 

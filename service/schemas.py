@@ -188,6 +188,9 @@ class QueryOut(BaseModel):
     )
     vector: list[float]
     distance_to_origin: float
+    mode: Literal["entailment", "nearest", "hierarchical"] = Field(
+        description="the mode that ran: auto resolved to entailment (a label query) or nearest"
+    )
 
 
 SCORE_DOC = (

@@ -91,6 +91,7 @@ class Answer:
     hits: list[Hit]
     chain: list[str] | None
     groups: list[Group] | None = None  # group_by: children
+    mode: str = "nearest"  # the mode that ran ("auto" resolved)
 
 
 @dataclass
@@ -291,7 +292,7 @@ def search(
             groups = _groups(rt, x, apex, k, offset, allowed, where)
             if radius is None:
                 radius = float(rt.distance_to_origin(x))
-            return Answer(query_label, x, radius, [], None, groups)
+            return Answer(query_label, x, radius, [], None, groups, mode)
         if allowed is None or allowed:
             got = rt.index.search_entailment(
                 apex, x, want, 0, labels=allowed, where=where, extra=rt.cone_extras(apex)
@@ -339,7 +340,7 @@ def search(
     _score(hits, mode)
     if radius is None:
         radius = float(rt.distance_to_origin(x))
-    return Answer(query_label, x, radius, hits, chain)
+    return Answer(query_label, x, radius, hits, chain, mode=mode)
 
 
 def _nearest_hits(rt: Runtime, ids: np.ndarray, dists: np.ndarray) -> list[Hit]:

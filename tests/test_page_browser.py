@@ -147,8 +147,20 @@ def test_typed_search_with_autocompletion_and_modes(server, browser):
         if li.text == "sneaker"
     ).click()
     _wait(browser, _done)
-    assert "q=sneaker" in browser.current_url and "mode=hierarchical" in browser.current_url
-    assert _groups(browser)[0]["level"] == "0"
+    # the default ("what it is"): the items the label's cone holds, firmest first
+    assert "q=sneaker" in browser.current_url and "mode=auto" in browser.current_url
+    groups = _groups(browser)
+    assert len(groups) == 1 and groups[0]["level"] == "entailment"
+    assert "What it is" in groups[0]["title"] and len(groups[0]["ids"]) == 12
+    scores = browser.execute_script(
+        "return [...document.querySelectorAll('#results .hit .score')].map(x => x.textContent)"
+    )
+    pct = [int(t.rstrip("%")) for t in scores]
+    assert len(pct) == 12 and all(0 <= p <= 100 for p in pct) and pct == sorted(pct, reverse=True)
+    # hierarchical mode: levels, the same class first
+    browser.find_element(By.CSS_SELECTOR, 'input[name="mode"][value="hierarchical"]').click()
+    _wait(browser, lambda d: _done(d) and _groups(d) and _groups(d)[0]["level"] == "0")
+    assert "mode=hierarchical" in browser.current_url
     # nearest mode: one group of the k nearest
     browser.find_element(By.CSS_SELECTOR, 'input[name="mode"][value="nearest"]').click()
     _wait(browser, lambda d: _done(d) and _groups(d) and _groups(d)[0]["level"] == "nearest")

@@ -188,7 +188,7 @@ def test_service_searches_a_label_from_its_prototype(fm_cap, tmp_path):  # noqa:
     index.close()
     settings = Settings(model=tmp_path / "m.safetensors", index=tmp_path / "idx", log_json=False)
     with TestClient(create_app(settings, runtime=open_runtime(settings), owns_runtime=True)) as c:
-        r = c.post("/v1/search", json={"label": "trouser.n.01", "k": 20})
+        r = c.post("/v1/search", json={"label": "trouser.n.01", "k": 20, "mode": "nearest"})
         assert r.status_code == 200, r.text
         got = [h["id"] for h in r.json()["results"]]
         proto = model.prototypes(["trouser.n.01"]).numpy()[0]

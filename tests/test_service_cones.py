@@ -322,7 +322,9 @@ def test_entailment_is_the_default_for_labels_and_holds_first(served, items, que
     firmest of each child branch before the second of any, scores never
     increasing; then the items outside, least far outside first, score 0."""
     rt, client = served
-    hits = client.post("/v1/search", json={"label": query, "k": len(items)}).json()["results"]
+    body = client.post("/v1/search", json={"label": query, "k": len(items)}).json()
+    assert body["query"]["mode"] == "entailment"  # auto, resolved
+    hits = body["results"]
     held = _held_under(rt, query, items)
     assert {h["id"] for h in hits[: len(held)]} == set(held)
     outside = [firmness(query, items[h["id"]][0]) for h in hits[len(held) :]]
@@ -340,7 +342,9 @@ def test_entailment_is_the_default_for_labels_and_holds_first(served, items, que
         assert f == sorted(f, reverse=True)
     nearest = client.post("/v1/search", json={"label": query, "k": 5, "mode": "nearest"})
     d = [h["distance"] for h in nearest.json()["results"]]
-    assert d == sorted(d)
+    assert d == sorted(d) and nearest.json()["query"]["mode"] == "nearest"
+    by_vector = client.post("/v1/search", json={"vector": items[hits[0]["id"]][0].tolist()})
+    assert by_vector.json()["query"]["mode"] == "nearest"  # auto, for a vector
 
 
 def test_group_by_children_and_count_facets(served, items):

@@ -52,9 +52,9 @@ function shortName(label) {
   return (m ? m[1] : label).replace(/_/g, " ");
 }
 
-function levelTitle(level, via, queryLabel, hits) {
+function levelTitle(level, via, queryLabel, hits, ran) {
   if (level === null || level === undefined) {
-    return mode() === "nearest" ? ["Nearest items", ""] : ["What it is", shortName(queryLabel)];
+    return ran === "nearest" ? ["Nearest items", ""] : ["What it is", shortName(queryLabel)];
   }
   const under = `under ${shortName(via)}`;
   if (level === 0) {
@@ -208,8 +208,14 @@ async function searchLabel(text) {
       headers: { "Content-Type": "application/json" },
       body: JSON.stringify({ label: text, mode: mode(), ...sizing(), disk: true, ...extra }),
     });
-    const facets = mode() === "auto" ? await facetsOf(text) : [];
-    const body = await post(facets.length >= 2 ? { group_by: "children" } : {});
+    // "what it is": a label above several child branches that hold items shows one
+    // section a branch (when the label ran by entailment: its cone holds the images)
+    const [first, facets] = await Promise.all([
+      post({}),
+      mode() === "auto" ? facetsOf(text) : Promise.resolve([]),
+    ]);
+    const grouped = first.query.mode === "entailment" && facets.length >= 2;
+    const body = grouped ? await post({ group_by: "children" }) : first;
     render(body, `label “${text}”`);
     if (mode() === "hierarchical") countLevels(body);
   } catch (e) {
@@ -344,7 +350,7 @@ function render(body, what) {
   }
   const groups = new Map();
   for (const hit of body.results) {
-    const key = hit.level === null || hit.level === undefined ? "nearest" : String(hit.level);
+    const key = hit.level === null || hit.level === undefined ? q.mode : String(hit.level);
     if (!groups.has(key)) groups.set(key, []);
     groups.get(key).push(hit);
   }
@@ -354,8 +360,8 @@ function render(body, what) {
     results.append(p);
   }
   for (const [key, hits] of groups) {
-    const level = key === "nearest" ? null : Number(key);
-    const [title, sub] = levelTitle(level, hits[0].via, q.label, hits);
+    const level = key === "nearest" || key === "entailment" ? null : Number(key);
+    const [title, sub] = levelTitle(level, hits[0].via, q.label, hits, q.mode);
     const badge = level === null ? "k" : String(level);
     const el = section(key, badge, levelColor(level), title, `${sub} · ${hits.length} shown`, hits);
     if (level !== null && hits[0].via) {
@@ -426,7 +432,12 @@ function drawDisk(d) {
   // crowd together, do not pile up (every label keeps its dot and its tooltip)
   const labels = svg("g", { class: "labels" }, disk);
   const written = [];
-  const named = [...byName.values()].sort((a, b) => Math.hypot(b.x, b.y) - Math.hypot(a.x, a.y));
+  // the query's own label is named before any other
+  const asked = d.points.find((p) => p.kind === "query")?.label;
+  const first = (p) => (p.name === asked ? 0 : 1);
+  const named = [...byName.values()].sort(
+    (a, b) => first(a) - first(b) || Math.hypot(b.x, b.y) - Math.hypot(a.x, a.y),
+  );
   for (const p of named) {
     const g = svg("g", { class: "label" }, labels);
     svg("circle", { cx: X(p), cy: Y(p), r: 0.013 }, g);
