@@ -142,7 +142,6 @@ class ImageModel:
                 cfg,
                 radii,
                 prototypes=self.head_prototypes(),
-                unseen=self.unseen_classes,
                 feature_novelty=self.novelty,
                 classifier=self.classifier,
             )
@@ -166,12 +165,6 @@ class ImageModel:
     def seen_classes(self) -> list[str]:
         """Taxonomy nodes of the classes used in training (all classes but the holdout)."""
         return [node for _, node in self.classes if node not in self.holdout]
-
-    @property
-    def unseen_classes(self) -> list[str]:
-        """Classes of the data the model had no training images of (the holdout): where
-        the placement puts an image whose features are novel (:mod:`models.novelty`)."""
-        return list(self.holdout)  # seen_classes is every class but these
 
     def prototypes(self, nodes: list[str] | None = None) -> torch.Tensor:
         """Label prototypes in the space of :meth:`embed`'s outputs (:attr:`space`): where

@@ -24,13 +24,23 @@ of it. :class:`ConePlacement` is the last step of :meth:`ImageModel.embed
    ``novelty`` times the class's radius (a validation quantile);
    :func:`calibrate` picks both on validation points. A third rule looks at
    the image's encoder features (:mod:`models.novelty`, fitted at the end of
-   training): an image of no trained class goes to the declared *unseen*
-   class (``unseen``: the classes held out of training) whose label point is
-   nearest the posterior's classes on average (:math:`\arg\min_u \sum_k p_k
-   d(u, k)`, ConSE-style: Norouzi et al. 2014, with the label points'
-   hyperbolic distances), or, with none declared, to its class's cone parent.
-   Unseen classes are candidates for this rule only (no trained class lies
-   below them, so the mass rule never picks them).
+   training): an image of no trained class is of a node *without training
+   images* (no trained class at or below it: the candidates of the rule,
+   known from the taxonomy and the trained classes alone). The siblings of a
+   trained class cannot be told apart without images of them, so the image
+   lands under their parent (:meth:`ConePlacement.novel_rows`): each trained
+   class :math:`k` points to its *novel parent* :math:`n(k)`, the nearest node
+   up its cone-parent chain with a child without training images, weighted by
+   how many such children it has (a uniform prior over the candidates), and
+   the image goes to :math:`\arg\max_P \sum_{k: n(k) = P} p_k\, m(P)`. A
+   caller may instead *declare* unseen classes (``unseen``, Python API only;
+   ``hypsearch train --holdout`` declares none: a deployment is never told
+   which classes are unseen): a novel image then goes to the declared class
+   whose label point is nearest the posterior's classes on average
+   (:math:`\arg\min_u \sum_k p_k d(u, k)`, ConSE-style: Norouzi et al.
+   2014, with the label points' hyperbolic distances). Declared unseen classes
+   are candidates for this rule only (no trained class lies below them, so
+   the mass rule never picks them).
 2. **Where in its cone.** The node's *anchor* :math:`a` is its label point
    moved ``depth`` outward along its ray, and ``certainty_depth`` times the
    image's :func:`certainty` (its posterior mass of the node, as log-odds)
@@ -251,6 +261,7 @@ class ConePlacement:
             self.classifier = (w, b)
         self.seen = list(seen)
         self.seen_rows = torch.tensor([row[n] for n in seen], dtype=torch.int64)
+        self.novel_rows, self.novel_weight = self._novel_parents(tax, seen)
         radii = radii or {}
         self.radius = torch.tensor(
             [float(radii.get(n, float("inf"))) for n in seen], dtype=torch.float64
@@ -273,6 +284,39 @@ class ConePlacement:
                 up[j] = ps[int(np.argmax(m))]
         return up
 
+    def _novel_parents(self, tax, seen: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each trained class's novel parent (a row of :attr:`names`: the nearest node up
+        its cone-parent chain with a child without training images; the class's cone
+        parent, or the class, where none has one) and that node's number of such
+        children (0 where none has one): module docstring."""
+        with_images = set(seen).union(*(tax.ancestors(s) for s in seen))
+        m = [sum(k not in with_images for k in tax.children(n)) for n in self.names]
+        rows, weight = [], []
+        for s in seen:
+            r = start = int(self.seen_rows[len(rows)])
+            while r >= 0 and m[r] == 0:
+                r = int(self.up[r])
+            if r < 0:  # no node up the chain has a candidate child: the cone parent
+                up = int(self.up[start])
+                rows.append(up if up >= 0 else start)
+                weight.append(0.0)
+            else:
+                rows.append(r)
+                weight.append(float(m[r]))
+        return torch.tensor(rows, dtype=torch.int64), torch.tensor(weight, dtype=torch.float64)
+
+    def novel_choice(self, post: torch.Tensor) -> torch.Tensor:
+        r"""Rows where novel images with posterior ``post`` (b, K) land when no unseen
+        class is declared: :math:`\arg\max_P \sum_{k: n(k) = P} p_k m(P)` over the
+        novel parents (module docstring); the most probable class's novel parent where
+        no class has a candidate child."""
+        q = post * self.novel_weight[None, :]
+        agg = torch.zeros(len(post), len(self.names), dtype=torch.float64)
+        agg.index_add_(1, self.novel_rows, q)
+        best = agg.argmax(1)
+        fallback = self.novel_rows[post.argmax(1)]
+        return torch.where(q.sum(1) > 0, best, fallback)
+
     def posterior(self, d_seen: torch.Tensor, features: torch.Tensor | None = None) -> torch.Tensor:
         """The posterior over the trained classes (n, K): the softmax of the
         classifier's logits on the encoder ``features`` where the placement has a
@@ -294,10 +338,11 @@ class ConePlacement:
         :attr:`seen`), ``ratio`` (its distance over its radius), ``novel`` (the
         encoder ``features`` say the image is of no trained class:
         :attr:`feature_novelty`), ``backed`` (the rule of the mass chose that
-        class, and the confidence, the novelty or the feature rule moved the point
-        to its cone parent), ``unseen`` (a novel image went to the declared unseen
-        class nearest the posterior: the least expected label-point distance
-        :math:`\sum_k p_k d(u, k)` to the trained classes)."""
+        class, and the confidence or the distance rule moved the point to its cone
+        parent), ``unseen`` (a novel image went to the declared unseen class nearest
+        the posterior: the least expected label-point distance :math:`\sum_k p_k
+        d(u, k)` to the trained classes); with no unseen class declared a novel image
+        goes where :meth:`novel_choice` says."""
         cfg = self.cfg
         d_seen = poincare.pairwise_dist(z, self.seen_protos, c=self.c)
         d_cand = poincare.pairwise_dist(z, self.protos, c=self.c)
@@ -314,13 +359,15 @@ class ConePlacement:
         if features is not None and self.feature_novelty is not None:
             novel = self.feature_novelty.novel(features)
         to_unseen = novel if len(self.unseen) else torch.zeros_like(novel)
-        unsure = (gap < cfg.confidence) | (ratio > cfg.novelty) | (novel & ~to_unseen)
+        unsure = (gap < cfg.confidence) | (ratio > cfg.novelty)
         up = self.up[rows]
-        backed = is_top & unsure & (up >= 0)
+        backed = is_top & unsure & (up >= 0) & ~novel
         rows = torch.where(backed, up, rows)
         if bool(to_unseen.any()):
             best = (post @ self.unseen_dist.T).argmin(1)
             rows = torch.where(to_unseen, self.unseen_rows[best], rows)
+        elif bool(novel.any()):
+            rows = torch.where(novel, self.novel_choice(post), rows)
         info = {"gap": gap, "top": top, "ratio": ratio, "backed": backed, "post": post}
         return rows, info | {"novel": novel, "unseen": to_unseen}
 
@@ -363,7 +410,7 @@ class ConePlacement:
             return z, []
         rows, info = self.decide(z, features)
         sure = certainty((info["post"] * self.member[rows]).sum(1))
-        sure = torch.where(info["unseen"], torch.zeros_like(sure), sure)
+        sure = torch.where(info["novel"], torch.zeros_like(sure), sure)
         shrink = torch.ones(len(z), dtype=torch.float64)
         out = self._carry(z, rows, shrink, sure)
         rows_np = rows.numpy()

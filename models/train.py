@@ -171,11 +171,11 @@ def _prototypes(
         hops = weight * class_hops(labels.taxonomy, seen_nodes) ** cfg.hop_power
     if cfg.negatives != "taxonomy":
         return Prototypes(classes, classes, torch.arange(len(seen_nodes)), cone=cone, hops=hops)
-    # every node but the held-out subtrees; each class's ancestors excluded from its softmax
+    # every node (held-out classes too: ``--holdout`` removes their images and nothing
+    # else, so a run with held-out classes trains as a deployment would); each
+    # class's ancestors excluded from its softmax
     tax = labels.taxonomy
-    held = set(cfg.holdout).union(*(tax.descendants(h) for h in cfg.holdout))
-    banned = held - set(seen_nodes)
-    nodes = [name for name in labels.names if name not in banned]
+    nodes = list(labels.names)
     pos = {name: i for i, name in enumerate(nodes)}
     points = space.from_ball(labels.embeddings[[tax.index(n) for n in nodes]])
     target = torch.tensor([pos[n] for n in seen_nodes])

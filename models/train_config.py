@@ -79,8 +79,8 @@ class TrainConfig:
     # model) or "distance" (the softmax of -d(z, prototype)/tau of the head's output)
     novelty_rate: float | None = None  # with placement: the share of validation images of
     # trained classes the feature novelty rule (models.novelty) calls novel; a novel image
-    # goes to a held-out class's cone (or its class's parent); None: the share of the data's
-    # classes held out (resolved_novelty_rate), 0 (off) without --holdout
+    # goes under the parent of the nodes without training images its posterior points to
+    # (models.placement); None: 0 (off), with or without --holdout
     aux: float = 1.0  # weight of an auxiliary softmax classifier on the encoder's features
     # (labelled losses; the classifier is dropped after training)
     # auxiliary terms (models.objectives; each 0 / "none": off)
@@ -168,16 +168,13 @@ class TrainConfig:
         return 1.0 if 0 < n_classes <= MAX_HOP_CLASSES else 0.0
 
     def resolved_novelty_rate(self, n_classes: int) -> float:
-        """``novelty_rate``, else for a run with held-out classes (where novel images
-        have somewhere to go) the share of the data's ``n_classes`` classes held out, at
-        most 0.5 (as many false alarms among the trained classes' images as the share of
-        images of unseen classes when every class is asked equally often: the README's
-        zero-shot table shows the trade), and 0 (off) without."""
-        if self.novelty_rate is not None:
-            return float(self.novelty_rate)
-        if not self.holdout or n_classes <= 0:
-            return 0.0
-        return min(0.5, len(self.holdout) / n_classes)
+        """``novelty_rate``, else 0 (off): the share of the trained classes' validation
+        images the feature novelty rule calls novel is a trade the user chooses
+        (docs/image-model.md, "Zero-shot": what each rate catches and costs), never
+        derived from ``holdout``, which removes the held-out classes' images and
+        nothing else. ``n_classes`` (the data's classes) is kept for callers."""
+        del n_classes
+        return 0.0 if self.novelty_rate is None else float(self.novelty_rate)
 
     @property
     def resolved_tta(self) -> bool:

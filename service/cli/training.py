@@ -315,9 +315,9 @@ def add_commands(sub) -> None:
         type=float,
         default=None,
         help="with cone placement: the share of validation images of trained classes that the "
-        "feature novelty rule calls novel; a novel image is placed in the cone of the held-out "
-        "class nearest its posterior (or of its class's parent without --holdout); default: "
-        "the share of the classes held out (0.2 for 2 of 10), 0 (off) without --holdout",
+        "feature novelty rule calls novel; a novel image is placed under the parent of the "
+        "nodes without training images its posterior points to (zero-shot; --holdout is "
+        "never told to it); default 0 (off)",
     )
     tn.add_argument(
         "--tau",
