@@ -97,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
 
         rows = []
         for noun in nouns:
-            row = {"noun": noun, "kinds": sorted({k for n in names for k in kinds_of(n) if right(noun, n)})}
+            under = {k for n in names for k in kinds_of(n) if right(noun, n)}
+            row = {"noun": noun, "kinds": sorted(under)}
             for mode in ("auto", "nearest"):
                 x, lab, _ = searching.query_point(rt, label=noun)
                 ans = searching.search(
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
 
     ok = sum(r["auto"][1] for r in rows)
     ok_n = sum(r["nearest"][1] for r in rows)
-    when = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     out = [
         f"Measured {when} on {cpu_model()}; model `{model.version}`; {len(names)} photos "
         f"indexed, {sum(bool(kinds_of(n)) for n in names)} of them with a kind; k {args.k}.",

@@ -292,8 +292,8 @@ class ConePlacement:
         with_images = set(seen).union(*(tax.ancestors(s) for s in seen))
         m = [sum(k not in with_images for k in tax.children(n)) for n in self.names]
         rows, weight = [], []
-        for s in seen:
-            r = start = int(self.seen_rows[len(rows)])
+        for start in self.seen_rows.tolist():
+            r = start
             while r >= 0 and m[r] == 0:
                 r = int(self.up[r])
             if r < 0:  # no node up the chain has a candidate child: the cone parent
