@@ -3,7 +3,7 @@
 A configuration is ``exact``, ``graph``, ``hnsw`` or ``auto``.  ``auto`` scans
 exactly while the index is small and switches to the graph above
 ``auto_threshold`` live items (the graph is the faster of the two approximate
-backends at recall@10 >= 0.99 in ``benchmarks/ann.py``, see the README); it
+backends at recall@10 >= 0.99 in ``benchmarks/ann.py``, see benchmarks/results/ann.md); it
 goes back to exact only below half the threshold, so that an index near the
 threshold does not rebuild at every write.  The graph backend indexes the
 Poincaré ball and product spaces (with the product distance compiled); the

@@ -10,7 +10,7 @@ centroids in the model's space (the finest clusters' midpoints; a coarser
 cluster's point the midpoint of its children's, the root's of all). So the
 nearest label point of an image is the cluster the run assigned it to, and
 an index built with predicted labels answers hierarchical queries along the
-learned clusters (README, "Unsupervised runs").
+learned clusters (docs/image-model.md).
 
 :func:`attach_clusters` puts the tree into the trained model: always in its
 metrics (``clusters``: levels and the child -> parent edges), and, for a run

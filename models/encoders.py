@@ -156,8 +156,8 @@ class LiteEncoder(nn.Module):
 
     @property
     def embed_batch(self) -> int:
-        """Images per forward pass at inference, by measurement on 2 shared cores (README):
-        32 at Fashion-MNIST's 64 px, 8 at the photos' 224 px."""
+        """Images per forward pass at inference, by measurement on 2 shared cores
+        (docs/image-model.md): 32 at Fashion-MNIST's 64 px, 8 at the photos' 224 px."""
         return 32 if self.config.input_size <= 96 else 8
 
     def __init__(self, cfg: EncoderConfig):

@@ -20,7 +20,7 @@ resize, the pretrained weights' normalisation) is the model's: it is stored in
 the checkpoint and applied by :class:`models.image_model.ImageModel` at
 indexing and query time exactly as here. Fashion-MNIST is not cropped
 (``crop`` 1: the garment fills the 28x28 picture), upscaled to ``input_size``
-(default :data:`FASHION_MNIST_SIZE`, chosen by measurement: README) and, as
+(default :data:`FASHION_MNIST_SIZE`, chosen by measurement: docs/image-model.md) and, as
 for the from-scratch model, a query on a light background is inverted
 (``background="dark"``).
 """
@@ -58,9 +58,9 @@ PREFIX = "pretrained:"
 #: ``--backbone`` name -> encoder name (:data:`models.encoders.ENCODERS`)
 BACKBONES = {"pretrained:efficientnet-lite0": "efficientnet-lite0"}
 FEATURES_VERSION = 1  # bump when cached inputs are computed differently
-FASHION_MNIST_SIZE = 64  # input size of Fashion-MNIST through the backbone (README)
+FASHION_MNIST_SIZE = 64  # input size of Fashion-MNIST through the backbone (docs/image-model.md)
 PHOTO_SIZE = 224  # the weights' own input size
-EXTRACT_BATCH = 32  # images per forward pass while caching (README)
+EXTRACT_BATCH = 32  # images per forward pass while caching (docs/image-model.md)
 
 
 class FeatureError(ValueError):

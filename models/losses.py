@@ -278,7 +278,7 @@ Criterion = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 #: ``negative_sample="auto"``: the prototype softmax over every taxonomy node up to this
 #: many nodes (the default taxonomy has 1,788), else over the trained classes and
 #: :data:`AUTO_NEGATIVE_SAMPLE` other nodes drawn each step.  Over all 10,699 nodes of
-#: ``artifact.n.01`` a step took 2.2 times as long (README "Image model"), and the
+#: ``artifact.n.01`` a step took 2.2 times as long (docs/image-model.md), and the
 #: time budget fitted half the epochs.
 AUTO_FULL_NODES = 4096
 AUTO_NEGATIVE_SAMPLE = 2048

@@ -4,7 +4,7 @@ An image of a class the model never saw (``hypsearch train --holdout``) is
 mapped by the head as confidently as any other: its posterior over the
 trained classes says "gym shoe" or "boot" for 997 sandals of 1,000, and the distance
 to the class's point does not tell it apart (AUROC 0.60 on the held-out
-classes of the README's zero-shot run). Its *encoder features* do:
+classes of the zero-shot run of benchmarks/results/zero-shot.md). Its *encoder features* do:
 :class:`FeatureNovelty` is the Mahalanobis score of Lee et al. (2018) —
 class-conditional Gaussians with one shared covariance, fitted on the
 training images of the trained classes — computed on the features scaled to

@@ -18,7 +18,7 @@ point, plus the expected cost :math:`\sum_k p_k\,\mathrm{hops}(y, k)^{2}` of a c
 drawn from the posterior over the trained classes (:func:`models.losses.expected_hops`,
 ``hop_weight`` times it, default 1 up to 2,048 trained classes; ``hop_power`` 2;
 :func:`class_hops`): of two wrong posteriors, the one on near relatives costs less.
-With ``cone_weight`` > 0 (default 0: off, see the README; ball geometry) the cone term
+With ``cone_weight`` > 0 (default 0: off, see docs/image-model.md; ball geometry) the cone term
 :func:`models.losses.cone_hinge` (``cone_weight`` times it) asks each image to
 lie inside the cone of its class's label point (in the label checkpoint's cone
 family, :func:`models.prototypes.label_cone_spec`; with nested cones, inside
@@ -38,7 +38,7 @@ of the encoder, dropped after training. Distances to fixed label points far
 from the base point make slow logits (for far prototypes :math:`-d` varies
 like :math:`-2\log\sin(\theta/2)` in the angle to the prototype), and the
 encoder learns markedly faster with the plain classifier beside them (see the
-README's measurements). The default encoder is Conv-4 with pool-first blocks
+measurements in docs/image-model.md). The default encoder is Conv-4 with pool-first blocks
 (conv, max pool, batch norm, ReLU: the same function class, cheaper) and no
 augmentation: in the few epochs the default time budget allows on a small
 CPU the model underfits, and crops or shifts cost more accuracy than they
@@ -425,7 +425,7 @@ def fit_novelty(out: ImageModel, model: Model, prep: Prepared, cfg: TrainConfig)
 #: what the placement's calibration asks of the validation images: at least this share
 #: placed at their class, and at most ``PLACEMENT_OTHER`` in another class's cone -- 0.01
 #: below the 0.05 aimed at on the test split (a model whose validation images gave 0.046
-#: gave 0.053 on the test split: README "Image model")
+#: gave 0.053 on the test split: docs/image-model.md)
 PLACEMENT_IN_CLASS, PLACEMENT_OTHER = 0.9, 0.04
 
 

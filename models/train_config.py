@@ -122,7 +122,7 @@ class TrainConfig:
     grad_clip: float = 5.0
     amp: bool = True  # bfloat16 autocast of the encoder where the CPU supports it
     threads: int | None = 1  # torch threads while training (None: leave torch's setting);
-    # on a shared 2-core machine one thread was much faster than two (README)
+    # on a shared 2-core machine one thread was much faster than two (docs/image-model.md)
     time_budget: float | None = 570.0  # seconds; after epoch 1, fewer epochs if they would not fit
     seed: int = 0
 
@@ -135,7 +135,7 @@ class TrainConfig:
         ``prototype_radius`` (:attr:`radius_of_prototypes`) and ``tau``: 0.1 for the
         prototype loss with scaled prototypes or the twin's tangent vectors (scaled, their
         spacing is about a seventh of the label points', and at 1 the softmax stayed
-        nearly flat: README), 1 on the ball with the label points themselves and for
+        nearly flat: docs/image-model.md), 1 on the ball with the label points themselves and for
         the other losses."""
         radius = self.radius_of_prototypes
         tta = self.resolved_tta
@@ -162,7 +162,7 @@ class TrainConfig:
 
     def resolved_hop_weight(self, n_classes: int) -> float:
         """``hop_weight``, else 1 for up to :data:`MAX_HOP_CLASSES` trained classes (the
-        term needs their K x K hops; README "The expected-hops term") and 0 beyond."""
+        term needs their K x K hops; docs/image-model.md) and 0 beyond."""
         if self.hop_weight is not None:
             return float(self.hop_weight)
         return 1.0 if 0 < n_classes <= MAX_HOP_CLASSES else 0.0
@@ -186,8 +186,8 @@ class TrainConfig:
     @property
     def radius_of_prototypes(self) -> float:
         """The prototype radius in effect: ``prototype_radius``, else 2 on the ball, and 0
-        (the label points) for the twin, where scaling measured worse (README), and with
-        the cone term, whose cones lie beyond the label points themselves."""
+        (the label points) for the twin, where scaling measured worse (docs/image-model.md),
+        and with the cone term, whose cones lie beyond the label points themselves."""
         if self.prototype_radius is not None:
             return float(self.prototype_radius)
         return 2.0 if self.geometry == "poincare" and self.cone_weight == 0 else 0.0

@@ -6,7 +6,7 @@
 ...     shoes = hs.collection("shoes")            # the same methods on another collection
 ...     shoes.put("a", [0.1] * 10, label="sneaker")
 
-Every method answers the API's JSON (dicts and lists, as the README documents
+Every method answers the API's JSON (dicts and lists, as docs/api.md documents
 them) and raises :class:`HypsearchError` (``status``, ``detail``, the whole
 ``body``) for every answer that is not a 2xx, and for a server that cannot be
 reached (``status`` 0). ``collection=`` (or :meth:`Client.collection`) sends the

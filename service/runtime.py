@@ -171,9 +171,9 @@ class Runtime:
         self.default_levels = "cone" if self.cones_hold else "taxonomy"
         if model is not None and not self.cones_hold:
             log.warning(
-                "the labels' cones do not hold this model's images (an unplaced model): "
-                "label queries rank by entailment by default; mode nearest ranks from "
-                "where the model puts each label's images"
+                "this model does not place its images inside the labels' cones: label "
+                "queries still rank by the cones (entailment, the default), hierarchical "
+                "levels follow the taxonomy"
             )
         index.set_cones(self.cones)  # recomputes the holders only when the cones changed
         self._load_tallies()

@@ -725,8 +725,8 @@ def region_order(graph, met, nodes, start, entry_keys, spread=None):
     the order does not depend on the node layout), the order within a cell as
     given: the insertion searches run in this order, so consecutive ones walk
     the same part of the graph and find its rows still in cache (the 64-d
-    cloud: about 28 -> 23 thread-seconds of insertion search, README "The
-    index").  Their results do not depend on it (every node of a batch
+    cloud: about 28 -> 23 thread-seconds of insertion search, benchmarks/results/ann.md).
+    Their results do not depend on it (every node of a batch
     searches the graph as it was before the batch, and its row of the
     results is its position in ``nodes``).  ``spread`` as in
     :func:`insert_batch` (``None``: this thread)."""
@@ -759,7 +759,7 @@ def insert_batch(graph, met, nodes, start, L, R, alpha, two_c, spread, mates, mi
     ``spread(n, fn)`` runs ``fn(lo, hi)`` over ``[0, n)`` in chunks, on as many
     threads as it likes: the searches and the prunes are serial nogil kernels
     over index ranges (numba's ``parallel=True`` made the same code 2.5 times
-    slower per node, README "The index"), and every node's result depends on
+    slower per node, benchmarks/results/ann.md), and every node's result depends on
     the graph before the batch only, so the graph is the same whatever the
     threads.  ``adj`` has ``R + R // 2`` columns (the slack).  The batch is
     searched in the order of :func:`region_order` (``entry_keys``: a sort key

@@ -66,7 +66,7 @@ Product spaces (``poincare:8,sphere:4,euclidean:4``) are graphs too: float64
 coordinates, ranked, pruned and re-ranked with the product distance of
 :mod:`models.geometry.kernels` (the kernels take a metric mode: the ball's
 proxy or the exact product distance).
-The README's ANN benchmark has the measurements behind these choices.
+benchmarks/results/ann.md (docs/index.md) has the measurements behind these choices.
 
 Parameters: ``R`` (32; 48 on deep data, :data:`DEEP_DEFAULTS`),
 ``ef_construction`` (:func:`construction_default`: 48 up to 20-d in the
@@ -187,7 +187,7 @@ def default_ef(dim: int, n: int, *, deep: bool = False, product: bool = False) -
     one, for ``n`` items of dimension ``dim`` (``deep``: ball data deep enough
     for float64 coordinates, such as label embeddings; ``product``: a product
     space): the smallest that
-    reached recall@10 >= 0.99 on the benchmark datasets of that size (README,
+    reached recall@10 >= 0.99 on the benchmark datasets of that size (benchmarks/results/ann.md,
     "The index"); a bigger graph needs a wider beam."""
     big = n > 300_000
     if product and n > 100_000:  # poincare:8,sphere:4,euclidean:4 at 200,000: 0.9923 at 48

@@ -4,7 +4,7 @@ Nodes do not start at random: each node sits at a hyperbolic radius that
 grows with its depth, in a direction drawn close to its first parent's
 direction (closer the deeper), so descendants begin inside their ancestors'
 angular sector. The loss then only has to repair local structure (the
-README's label-embedding section has the measurements).
+docs/labels.md has the measurements).
 """
 
 from __future__ import annotations

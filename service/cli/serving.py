@@ -16,7 +16,7 @@ _SERVE_DESCRIPTION = (
     "Serve the REST API (docs at /docs) and the web page (/) over an image model "
     "and an index folder (created empty when missing). Every option can also be set by an "
     "environment variable HYPSEARCH_<OPTION> (HYPSEARCH_API_KEY, HYPSEARCH_DATA_ROOTS, "
-    "HYPSEARCH_MAX_UPLOAD_BYTES, HYPSEARCH_BATCH_MAX_SIZE, ...; see the README)."
+    "HYPSEARCH_MAX_UPLOAD_BYTES, HYPSEARCH_BATCH_MAX_SIZE, ...; see docs/operations.md)."
 )
 
 _DEMO_HELP = "build the default artifacts under $HYPSEARCH_HOME (reused when present), then serve"
