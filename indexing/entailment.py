@@ -36,7 +36,15 @@ The entailment ranking (:func:`entailment_order`)
    firmest first. So the uncertain few that a model leaves at a general label
    stay behind the classes below it, and a class that has a child class
    (``shirt.n.01`` over ``jersey.n.03``) shows both, one for one.
-2. Then every other item, least far outside first (firmness descending).
+2. Then every other item, least far outside first: by the hierarchy, then by
+   firmness. An item's *tier* is set by the nearest label up the apex's cone
+   chain (``apex, parent, ..., root``) whose cone holds it: items of the
+   parent's cone before those of the grandparent's, and within one ancestor
+   first the items placed at that ancestor itself (a general item that may
+   well be of the apex's kind: a flower a model left at ``organism`` for the
+   label ``plant``) and then those of its other branches (items the model
+   placed as something else: a nematode for ``plant``); items no chain cone
+   holds come last. Within a tier, firmness descending (:func:`outside_tier`).
 
 Ties are broken by id. Each index computes, over its own items, the firmest
 ``want`` items of each branch and of the outside (:func:`candidates`); the
@@ -65,6 +73,7 @@ __all__ = [
     "candidates",
     "entailment_order",
     "merge_candidates",
+    "outside_tier",
     "running_min",
     "top_firm",
 ]
@@ -83,14 +92,15 @@ class EntailmentHit(NamedTuple):
 class Candidates:
     """The firmest ``want`` items of each holding label the apex's cone holds, and
     of the outside, from one index: lists of ``(firmness, id, distance)`` sorted
-    by (firmness desc, id); the number of items each holding label has (before
+    by (firmness desc, id), the outside's ``(firmness, id, distance, tier)`` by
+    (tier, firmness desc, id) (:func:`outside_tier`); the number of items each holding label has (before
     the cut); and each holding label's path below the apex (its cone chain from
     the apex's child down to it; ``()`` for the apex itself)."""
 
     held: dict[str, list[tuple[float, str, float]]] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
     paths: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    outside: list[tuple[float, str, float]] = field(default_factory=list)
+    outside: list[tuple[float, str, float, int]] = field(default_factory=list)
     n_outside: int = 0
     apex: str = ""
 
@@ -119,6 +129,19 @@ def path_below(cones: LabelCones, apex: str, holder: str) -> tuple[str, ...]:
     if apex not in ch:
         return ()
     return tuple(reversed(ch[: ch.index(apex)]))
+
+
+def outside_tier(cones: LabelCones, apex: str, holder: str | None) -> int:
+    """The tier of an item outside the apex's cone (module docstring): ``2 i`` when
+    it is placed at ``chain[i]`` itself (the ``i``-th label up the apex's cone
+    chain), ``2 i + 1`` when ``chain[i]``'s cone is the nearest on the chain that
+    holds it and it lies in another branch, ``2 len(chain)`` when none holds it."""
+    chain = cones.chain(apex) if apex in cones.row else (apex,)
+    if holder is not None:
+        for i, a in enumerate(chain):
+            if holder in cones.held_by(a):
+                return 2 * i + (0 if holder == a else 1)
+    return 2 * len(chain)
 
 
 def top_firm(f: np.ndarray, ids: np.ndarray, want: int) -> np.ndarray:
@@ -203,12 +226,29 @@ def candidates(
         rest = np.nonzero(alive)[0]
         out.n_outside = len(rest)
         if len(rest):
-            out.outside = rank(rest, want, False)
+            memo: dict[str | None, int] = {}
+            holder_of = table.holders
+            tiers = np.empty(len(rest), dtype=np.int64)
+            for j, slot in enumerate(rest.tolist()):
+                h = holder_of[slot]
+                t = memo.get(h)
+                if t is None:
+                    t = memo[h] = outside_tier(cones, apex, h)
+                tiers[j] = t
+            for t in np.unique(tiers).tolist():  # tier by tier until ``want`` are ranked
+                got = rank(rest[tiers == t], want - len(out.outside), False)
+                out.outside += [(f, i, d, t) for f, i, d in got]
+                if len(out.outside) >= want:
+                    break
     return out
 
 
-def _by_firmness(t: tuple[float, str, float]) -> tuple[float, str]:
+def _by_firmness(t: tuple) -> tuple[float, str]:
     return -t[0], t[1]
+
+
+def _by_tier(t: tuple[float, str, float, int]) -> tuple[int, float, str]:
+    return t[3], -t[0], t[1]
 
 
 def merge_candidates(parts: Sequence[Candidates], want: int) -> Candidates:
@@ -223,7 +263,7 @@ def merge_candidates(parts: Sequence[Candidates], want: int) -> Candidates:
         out.n_outside += p.n_outside
     for h in out.held:
         out.held[h] = sorted(out.held[h], key=_by_firmness)[:want]
-    out.outside = sorted(out.outside, key=_by_firmness)[:want]
+    out.outside = sorted(out.outside, key=_by_tier)[:want]
     return out
 
 
@@ -294,7 +334,7 @@ def entailment_order(
         entries = entries[:want]
     hits = [EntailmentHit(i, d, f, cand.branch(h)) for (f, i, d), h in entries]
     if len(hits) < want and branch is None:
-        hits += [EntailmentHit(i, d, f, None) for f, i, d in cand.outside[: want - len(hits)]]
+        hits += [EntailmentHit(i, d, f, None) for f, i, d, _ in cand.outside[: want - len(hits)]]
     return hits
 
 

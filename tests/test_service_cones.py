@@ -302,6 +302,22 @@ def test_cone_levels_by_default_only_for_a_model_that_places_images_in_cones(
         rt.close()
 
 
+PARENT = dict(EDGES)
+
+
+def _tier(query: str, y: np.ndarray) -> int:
+    """Brute force: ``2 i`` when ``y``'s deepest holding cone is the ``i``-th label up
+    the query's chain (a tree: the taxonomy's), ``2 i + 1`` when that label's cone
+    holds it first but it lies in another branch, ``2 len(chain)`` when none holds it."""
+    chain = [query]
+    while chain[-1] in PARENT:
+        chain.append(PARENT[chain[-1]])
+    for i, a in enumerate(chain):
+        if margin(a, y) >= 0:
+            return 2 * i + (0 if deepest_ref(y) == a else 1)
+    return 2 * len(chain)
+
+
 def _held_under(rt, query, items):
     """Brute force: item -> (branch below the query label, firmness) for the items
     the query label's cone holds (the branch from the cone chain of each item's
@@ -327,8 +343,13 @@ def test_entailment_is_the_default_for_labels_and_holds_first(served, items, que
     hits = body["results"]
     held = _held_under(rt, query, items)
     assert {h["id"] for h in hits[: len(held)]} == set(held)
-    outside = [firmness(query, items[h["id"]][0]) for h in hits[len(held) :]]
-    assert outside == sorted(outside, reverse=True) and all(f < 0 for f in outside)
+    outside = [items[h["id"]][0] for h in hits[len(held) :]]
+    assert all(firmness(query, y) < 0 for y in outside)
+    # least far outside first: by tier (the nearest ancestor whose cone holds the item,
+    # the items placed at that ancestor itself first), then by firmness
+    keys = [(_tier(query, y), -firmness(query, y)) for y in outside]
+    assert keys == sorted(keys)
+    assert len({t for t, _ in keys}) >= 2  # the tiers are exercised
     assert all(h["score"] == 0 for h in hits[len(held) :])
     scores = [h["score"] for h in hits]
     assert scores == sorted(scores, reverse=True)
@@ -387,3 +408,28 @@ def test_bad_modes_and_groups_are_422_naming_them(served, body, words):
         assert w in r.text
     r = client.post("/v1/count", json={"facet": "children"})
     assert r.status_code == 422 and "facet" in r.text
+
+
+@pytest.mark.parametrize("query", ["footwear", "sneaker", "coat"])
+def test_sharded_entailment_is_the_one_index_ranking(served, items, query, tmp_path):
+    """Three local shards answer the entailment ranking of one index (the held items'
+    round robin and the outside's tiers merged from each shard's candidates)."""
+    from indexing.sharded import ShardedIndex
+
+    rt, _ = served
+    single = HyperbolicIndex(dim=DIM, backend="exact")
+    sharded = ShardedIndex(tmp_path / "ix", shards=3, dim=DIM, backend="exact")
+    try:
+        for ix in (single, sharded):
+            ix.set_cones(rt.cones)
+            ids = sorted(items)
+            ix.add(np.stack([items[i][0] for i in ids]), ids, labels=[items[i][1] for i in ids])
+        x = POINTS[query]
+        for k, offset in ((len(items), 0), (7, 5)):
+            a = single.search_entailment(query, x, k, offset)
+            b = sharded.search_entailment(query, x, k, offset)
+            assert [h.id for h in a] == [h.id for h in b]
+            np.testing.assert_allclose([h.firmness for h in a], [h.firmness for h in b])
+    finally:
+        single.close()
+        sharded.close()
