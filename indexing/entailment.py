@@ -93,8 +93,8 @@ class Candidates:
     """The firmest ``want`` items of each holding label the apex's cone holds, and
     of the outside, from one index: lists of ``(firmness, id, distance)`` sorted
     by (firmness desc, id), the outside's ``(firmness, id, distance, tier)`` by
-    (tier, firmness desc, id) (:func:`outside_tier`); the number of items each holding label has (before
-    the cut); and each holding label's path below the apex (its cone chain from
+    (tier, firmness desc, id) (:func:`outside_tier`); the number of items each
+    holding label has (before the cut); and each holding label's path below the apex (its cone chain from
     the apex's child down to it; ``()`` for the apex itself)."""
 
     held: dict[str, list[tuple[float, str, float]]] = field(default_factory=dict)
