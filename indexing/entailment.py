@@ -94,8 +94,9 @@ class Candidates:
     of the outside, from one index: lists of ``(firmness, id, distance)`` sorted
     by (firmness desc, id), the outside's ``(firmness, id, distance, tier)`` by
     (tier, firmness desc, id) (:func:`outside_tier`); the number of items each
-    holding label has (before the cut); and each holding label's path below the apex (its cone chain from
-    the apex's child down to it; ``()`` for the apex itself)."""
+    holding label has (before the cut); and each holding label's path below the
+    apex (its cone chain from the apex's child down to it; ``()`` for the apex
+    itself)."""
 
     held: dict[str, list[tuple[float, str, float]]] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
