@@ -227,15 +227,15 @@ def candidates(
         rest = np.nonzero(alive)[0]
         out.n_outside = len(rest)
         if len(rest):
-            memo: dict[str | None, int] = {}
-            holder_of = table.holders
-            tiers = np.empty(len(rest), dtype=np.int64)
-            for j, slot in enumerate(rest.tolist()):
-                h = holder_of[slot]
-                t = memo.get(h)
-                if t is None:
-                    t = memo[h] = outside_tier(cones, apex, h)
-                tiers[j] = t
+            # each outside item's tier, holder by holder (no holder: the last tier)
+            tiers = np.full(len(rest), outside_tier(cones, apex, None), dtype=np.int64)
+            pos = np.full(table.n_slots, -1, dtype=np.int64)
+            pos[rest] = np.arange(len(rest))
+            for h, got in table.by_holder.items():
+                if h in holders or not got:
+                    continue
+                at = pos[np.fromiter(got, dtype=np.int64, count=len(got))]
+                tiers[at[at >= 0]] = outside_tier(cones, apex, h)
             for t in np.unique(tiers).tolist():  # tier by tier until ``want`` are ranked
                 got = rank(rest[tiers == t], want - len(out.outside), False)
                 out.outside += [(f, i, d, t) for f, i, d in got]
