@@ -30,7 +30,9 @@ of it. :class:`ConePlacement` is the last step of :meth:`ImageModel.embed
    trained class cannot be told apart without images of them, so the image
    lands under their parent (:meth:`ConePlacement.novel_rows`): each trained
    class :math:`k` points to its *novel parent* :math:`n(k)`, the nearest node
-   up its cone-parent chain with a child without training images, weighted by
+   strictly above it on its cone-parent chain with a child without training
+   images (not :math:`k` itself: a novel image does not look like :math:`k`'s
+   images, so its kind is beside :math:`k`, not below it), weighted by
    how many such children it has (a uniform prior over the candidates), and
    the image goes to :math:`\arg\max_P \sum_{k: n(k) = P} p_k\, m(P)`. A
    caller may instead *declare* unseen classes (``unseen``, Python API only;
@@ -285,15 +287,19 @@ class ConePlacement:
         return up
 
     def _novel_parents(self, tax, seen: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Each trained class's novel parent (a row of :attr:`names`: the nearest node up
-        its cone-parent chain with a child without training images; the class's cone
-        parent, or the class, where none has one) and that node's number of such
+        """Each trained class's novel parent (a row of :attr:`names`: the nearest node
+        strictly above it on its cone-parent chain with a child without training images;
+        the class's cone parent, or the class, where none has one) and that node's number of such
         children (0 where none has one): module docstring."""
         with_images = set(seen).union(*(tax.ancestors(s) for s in seen))
         m = [sum(k not in with_images for k in tax.children(n)) for n in self.names]
         rows, weight = [], []
         for start in self.seen_rows.tolist():
-            r = start
+            # a novel image is not of its most probable class (it would look like that
+            # class's training images): its kind lies beside the class, so the search
+            # starts at the class's cone parent (a class's own children without images
+            # are as much kinds of it as its training images are)
+            r = int(self.up[start])
             while r >= 0 and m[r] == 0:
                 r = int(self.up[r])
             if r < 0:  # no node up the chain has a candidate child: the cone parent

@@ -142,7 +142,8 @@ def test_without_declared_unseen_classes_a_novel_point_backs_off_to_the_parent()
 def _novel_parent_brute(tax, seen, post):
     """Independent: candidates are the nodes with no trained class at or below; a
     class's novel parent the nearest ancestor (taxonomy parents, a tree here) with a
-    candidate child; the destination the parent of the most posterior x candidates."""
+    candidate child, strictly above the class; the destination the parent of the most
+    posterior x candidates."""
     with_images = set(seen)
     for s in seen:
         with_images |= tax.ancestors(s)
@@ -151,7 +152,7 @@ def _novel_parent_brute(tax, seen, post):
     for p in post.tolist():
         score = {}
         for s, ps in zip(seen, p, strict=True):
-            n = s
+            n = tax.parents(s)[0] if tax.parents(s) else s
             while tax.parents(n) and count[n] == 0:
                 n = tax.parents(n)[0]
             score[n] = score.get(n, 0.0) + ps * count[n]
@@ -191,6 +192,29 @@ def test_novel_points_land_under_the_parent_of_the_nodes_without_images():
     post = torch.tensor([[0.5, 0.0, 0.5], [0.9, 0.1, 0.0]], dtype=torch.float64)
     chosen = [pl.names[r] for r in pl.novel_choice(post).tolist()]
     assert chosen == _novel_parent_brute(tax, seen, post)
+
+
+def test_a_novel_point_never_lands_at_its_own_class_even_when_the_class_has_kinds_without_images():
+    """WordNet gives almost every class children without images (boot: cowboy boot,
+    hip boot, ...). A novel image near the kitten is not a kitten: it lands above the
+    kitten (at animal, the nearest node over kitten with a child without images: bird),
+    not at kitten for the sake of its imageless child tabby."""
+    from models.taxonomy import Taxonomy
+
+    base = hand_tree()
+    edges = [(n, p) for n in base.names for p in base.parents(n)]
+    tax = Taxonomy.from_edges(edges + [("tabby", "kitten"), ("claw", "hammer")])
+    labels = cap_labels(tax, dim=4)
+    seen = ["puppy", "kitten", "hammer"]
+    z = torch.cat([_around(labels, "kitten", 2, 0.05), _around(labels, "hammer", 2, 0.05)])
+    flags = [True, False, True, False]
+    pl = ConePlacement(labels, seen, feature_novelty=_Fixed(flags))
+    got = [pl.names[r] for r in pl.choose(z, torch.zeros(len(z), 2)).tolist()]
+    assert got == ["animal", "kitten", "tool", "hammer"]
+    rows, info = pl.decide(z, torch.zeros(len(z), 2))
+    post = info["post"]
+    want = _novel_parent_brute(tax, seen, post[torch.tensor(flags)])
+    assert [pl.names[r] for r in rows[torch.tensor(flags)].tolist()] == want
 
 
 def test_a_held_out_class_trained_with_the_novelty_rule_lands_under_its_parent(fm_cap, tmp_path):  # noqa: F811
