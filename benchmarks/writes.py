@@ -189,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"--labels {args.labels}: no such file (run hypsearch demo --no-serve)")
     import httpx
 
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="hs-writes-") as tmp:
         proc, url = start_server(args.labels, Path(tmp) / "index", Path(tmp) / "serve.log")
         try:
@@ -225,7 +226,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     body = "\n".join(lines) + (
         f"\n\nEvery acknowledged id read back afterwards: {len(acked):,} written, "
-        f"{lost} missing.\n\n"
+        f"{lost} missing. Load average (1 min) before the run {load_before:.1f}, after "
+        f"{os.getloadavg()[0]:.1f}.\n\n"
         f"Each answer comes once the write is durable (SQLite WAL, synchronous=FULL: one "
         f"transaction and one fsync per batch; concurrent single upserts share one "
         f"(service.group_commit)). Up to 20,000 items the index scans exactly; above, the "

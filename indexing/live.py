@@ -13,11 +13,12 @@ are renumbered and the backend is rebuilt.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterable
 
 import numpy as np
 
-from .backend_choice import BackendChoice
+from .backend_choice import AUTO_BACKEND, BackendChoice
 from .backends import Backend
 from .backends.base import EMPTY
 from .backends.exact import exact_search
@@ -30,6 +31,35 @@ log = logging.getLogger("indexing")
 
 COMPACT_FRACTION = 0.30
 COMPACT_MIN_SLOTS = 1_000
+
+
+#: once an ``auto`` index holds this share of its switch threshold, the graph
+#: backend's compiled kernels are loaded in the background (once a process)
+WARM_AHEAD = 0.5
+_warm_started = threading.Event()
+
+
+def _warm_ahead(choice: BackendChoice, n_alive: int) -> None:
+    """Load the graph kernels in a daemon thread when an ``auto`` index nears the
+    switch, so that the write that switches pays the build alone, not numba's
+    cache load as well (:func:`indexing.backends.graph.warm_kernels`)."""
+    if (
+        choice.config != "auto"
+        or n_alive < WARM_AHEAD * choice.auto_threshold
+        or _warm_started.is_set()
+    ):
+        return
+    _warm_started.set()
+
+    def warm() -> None:
+        from .backends.graph import warm_kernels
+
+        try:
+            log.info("graph kernels loaded ahead of the switch in %.1f s", warm_kernels())
+        except Exception:  # noqa: BLE001 - only a head start; the switch loads them anyway
+            log.exception("loading the graph kernels ahead failed")
+
+    threading.Thread(target=warm, name="graph-warm", daemon=True).start()
 
 
 class LiveIndex:
@@ -111,6 +141,8 @@ class LiveIndex:
             self.table = t.compacted()
             rebuild = True
         want = self.choice.desired(self.table.n_alive, self.backend.name)
+        if want != AUTO_BACKEND and self.backend.name != AUTO_BACKEND:
+            _warm_ahead(self.choice, self.table.n_alive)
         if want != self.backend.name:
             log.info(
                 "switching backend %s -> %s at %d items",

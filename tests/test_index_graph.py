@@ -540,3 +540,36 @@ def test_a_batch_is_searched_region_by_region():
     for r in np.unique(region):
         inside = perm[clear][region == r].tolist()
         assert inside == sorted(inside)  # the given order within a region
+
+
+def test_single_upserts_into_a_large_graph_keep_it_whole():
+    """Small upserts keep the entry points (picking them again is O(n) each) unless
+    a new point lies nearer the origin than the hub, or the hub is deleted; every
+    node stays reachable and the answers stay those of the exact scan."""
+    x, q = cloud(5000, 40, dim=8, seed=41)
+    ix = HyperbolicIndex(8, backend="graph")
+    ix.add(x, make_ids(len(x)))
+    g = ix._backend
+    entries = g._entries.copy()
+    hub_slot = int(g._n2s[entries[0]])
+    rng = np.random.default_rng(3)
+    extra = []
+    rim = float(np.linalg.norm(x, axis=1).max())
+    for i in range(30):  # points on the rim: the hub and the sample stay
+        v = rng.standard_normal(8)
+        v *= rim / np.linalg.norm(v)
+        ix.add(v[None], [f"s{i}"])
+        extra.append(v)
+    assert np.array_equal(g._n2s[g._entries], g._n2s[entries])
+    near = np.full(8, 1e-6)  # nearer the origin than any point: the new hub
+    ix.add(near[None], ["origin"])
+    assert g._n2s[g._entries[0]] == ix._live.table.slot_of["origin"]
+    ix.delete(["origin"])  # the hub deleted: picked again at the next upsert
+    ix.add(extra[0][None] * 0.9999, ["after"])
+    assert g._n2s[g._entries[0]] == hub_slot
+    assert g.unreachable() == 0
+    alive = np.concatenate([x, np.array(extra), extra[0][None] * 0.9999])
+    names = np.array(make_ids(len(x)) + [f"s{i}" for i in range(30)] + ["after"])
+    order, _ = brute_force(alive, q, 10)
+    found, _ = ix.search(q, k=10)
+    assert recall_at(found, names[order]) >= 0.99
