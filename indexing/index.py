@@ -59,7 +59,12 @@ from .validation import (
     check_str_set,
 )
 
-__all__ = ["HyperbolicIndex", "Item"]
+__all__ = ["CANDIDATE_CACHE", "HyperbolicIndex", "Item"]
+
+#: unfiltered entailment candidates kept per index (label queries: the same
+#: label asks the same question until the index changes; a label search of the
+#: demo spent 80% of its time ranking every item by firmness)
+CANDIDATE_CACHE = 256
 
 log = logging.getLogger("indexing")
 
@@ -124,6 +129,10 @@ class HyperbolicIndex:
         self._cones: LabelCones | None = None
         self._closed = False
         self._columns = PayloadColumns(lambda path: self._store.payload_field(path))
+        # unfiltered entailment candidates by (apex, want, query, extra), valid
+        # while the index has not changed (see entailment_candidates)
+        self._cand_cache: dict[tuple, tuple] = {}
+        self._cand_lock = threading.Lock()
 
     @classmethod
     def load(
@@ -577,7 +586,9 @@ class HyperbolicIndex:
         fewer than ``want`` items are held) of the items outside it, with their
         distances to ``query``: :func:`indexing.entailment.candidates` over this
         index's items (``labels``, ``where``: filters as in :meth:`search`;
-        ``extra``: more cones that count, see there)."""
+        ``extra``: more cones that count, see there). Without filters the answer
+        is kept until the index changes (any write, the cones, a compaction) and
+        handed to the next caller asking the same: read it, never change it."""
         q = self._space.as_points(query, "query", allow_1d=True)
         if len(q) != 1:
             raise IndexInputError(f"query: expected one vector, got {len(q)}")
@@ -597,9 +608,26 @@ class HyperbolicIndex:
                 keep = np.zeros(t.n_slots, dtype=bool)
                 keep[list(t.slots_for_labels(la))] = True
                 only = keep if only is None else only[: t.n_slots] & keep
+            key = state = None
+            if only is None:  # the answer depends on the items alone: cached
+                extras = tuple((a, tuple(p)) for a, p in extra)
+                key = (apex, want, q[0].tobytes(), extras)
+                state = (self._live.applied_seq, t, cones)
+                with self._cand_lock:
+                    hit = self._cand_cache.get(key)
+                    if hit is not None:
+                        (seq, t0, c0), got = hit
+                        if seq == state[0] and t0 is t and c0 is cones:
+                            return got
+                        self._cand_cache.clear()  # the index changed: all stale
             held = candidates(t, cones, apex, q[0], want, only=only, outside=False, extra=extra)
             if held.n_held < want:
                 held = candidates(t, cones, apex, q[0], want, only=only, extra=extra)
+            if key is not None:
+                with self._cand_lock:
+                    if len(self._cand_cache) >= CANDIDATE_CACHE:
+                        self._cand_cache.pop(next(iter(self._cand_cache)))
+                    self._cand_cache[key] = (state, held)
             return held
 
     def search_entailment(
