@@ -552,13 +552,25 @@ class HyperbolicIndex:
         offset = check_pos_int(offset, "offset", 0)
         if ef is not None:
             ef = check_pos_int(ef, "ef")
-        chain, levels = chain_levels(chain, descendants_of)
         la = None if labels is None else check_str_set(labels, "labels")
         f = None if where is None else parse_filter(where, "filter")
         with self._rw.read():
             self._check_open()
+            # kept like the entailment candidates, for levels by this index's
+            # cones (a function of the cones alone) and no filter
+            key = None
+            if (
+                f is None
+                and la is None
+                and getattr(descendants_of, "__self__", None) is (self._cones or object())
+            ):
+                key = ("levels", q[0].tobytes(), tuple(chain), k, offset, ef, by, firmness)
+                got = self._kept(key)
+                if got is not None:
+                    return list(got)
+            chain, levels = chain_levels(chain, descendants_of)
             mask = None if f is None else self._columns.mask(self._live.table, f)
-            return search_levels(
+            hits = search_levels(
                 self._live,
                 q,
                 chain,
@@ -571,6 +583,32 @@ class HyperbolicIndex:
                 mask=mask,
                 cones=self._cones if firmness else None,
             )
+            if key is not None:
+                self._keep(key, list(hits))
+            return hits
+
+    def _state(self) -> tuple:
+        return (self._live.applied_seq, self._live.table, self._cones)
+
+    def _kept(self, key: tuple):
+        """An answer kept under ``key`` while the index is as it was then (the read
+        lock held), else ``None`` (and everything kept is dropped: the index changed)."""
+        seq, t, cones = self._state()
+        with self._cand_lock:
+            hit = self._cand_cache.get(key)
+            if hit is None:
+                return None
+            (seq0, t0, c0), got = hit
+            if seq0 == seq and t0 is t and c0 is cones:
+                return got
+            self._cand_cache.clear()
+        return None
+
+    def _keep(self, key: tuple, value) -> None:
+        with self._cand_lock:
+            if len(self._cand_cache) >= CANDIDATE_CACHE:
+                self._cand_cache.pop(next(iter(self._cand_cache)))
+            self._cand_cache[key] = (self._state(), value)
 
     def entailment_candidates(
         self,
@@ -608,26 +646,18 @@ class HyperbolicIndex:
                 keep = np.zeros(t.n_slots, dtype=bool)
                 keep[list(t.slots_for_labels(la))] = True
                 only = keep if only is None else only[: t.n_slots] & keep
-            key = state = None
-            if only is None:  # the answer depends on the items alone: cached
+            key = None
+            if only is None:  # the answer depends on the items alone: kept
                 extras = tuple((a, tuple(p)) for a, p in extra)
-                key = (apex, want, q[0].tobytes(), extras)
-                state = (self._live.applied_seq, t, cones)
-                with self._cand_lock:
-                    hit = self._cand_cache.get(key)
-                    if hit is not None:
-                        (seq, t0, c0), got = hit
-                        if seq == state[0] and t0 is t and c0 is cones:
-                            return got
-                        self._cand_cache.clear()  # the index changed: all stale
+                key = ("candidates", apex, want, q[0].tobytes(), extras)
+                got = self._kept(key)
+                if got is not None:
+                    return got
             held = candidates(t, cones, apex, q[0], want, only=only, outside=False, extra=extra)
             if held.n_held < want:
                 held = candidates(t, cones, apex, q[0], want, only=only, extra=extra)
             if key is not None:
-                with self._cand_lock:
-                    if len(self._cand_cache) >= CANDIDATE_CACHE:
-                        self._cand_cache.pop(next(iter(self._cand_cache)))
-                    self._cand_cache[key] = (state, held)
+                self._keep(key, held)
             return held
 
     def search_entailment(

@@ -90,3 +90,36 @@ def test_kept_candidates_follow_every_change(tmp_path):
         assert ix.entailment_candidates("a", POINTS["a"], 20).n_held > 1
     finally:
         ix.close()
+
+
+def test_kept_hierarchical_answers_follow_every_change(tmp_path):
+    """Cone levels of a label (descendants by the index's own cones, no filter) are
+    kept too; a lambda around the same function is never kept, so it gives the
+    fresh answer to compare with."""
+    ix = HyperbolicIndex(DIM, path=tmp_path / "ix", cones=_cones(), backend="exact")
+    try:
+        ix.add(_points(300, 2), [f"i{j}" for j in range(300)])
+        cones = ix._cones
+        chain = ["a1", "a", "root"]
+
+        def both(k: int = 15, offset: int = 0):
+            kept = ix.search_hierarchical(POINTS["a1"], chain, cones.held_by, k, offset,
+                                          firmness=True)  # fmt: skip
+            fresh = ix.search_hierarchical(
+                POINTS["a1"], chain, lambda lab: cones.held_by(lab), k, offset, firmness=True
+            )
+            assert kept == fresh
+            return kept
+
+        first = both()
+        assert len(first) == 15 and {h.level for h in first} >= {0}
+        n_kept = len(ix._cand_cache)
+        assert both() == first and len(ix._cand_cache) == n_kept  # from the kept answer
+        ix.add(np.array([[0.97, 0.03, 0.0]]), ["deepest"])
+        after = both()
+        assert after != first and "deepest" in {h.id for h in after}
+        ix.delete(["deepest"])
+        assert both() == first
+        assert both(5, 3) == first[3:8]
+    finally:
+        ix.close()

@@ -37,10 +37,11 @@ nodes, in compiled kernels that release the GIL (:mod:`._graph_kernels`, numba):
   cannot reach; a small insertion keeps the entry points unless a new node
   lies nearer the origin than the hub (picking them is O(n): with the repair's
   ordering of all nodes it was 60% of a single upsert into 50,000 items, 38 ms
-  against 15 ms now on the loaded 2-core machine); after a bulk insertion (at least a quarter of the graph) the nodes
-  are renumbered in breadth-first order from the entry points, so a node's
-  neighbours lie near it in memory (node <-> slot maps: slots, hence ids,
-  never move; the maps go into snapshots);
+  against 15 ms now on the loaded 2-core machine); after a bulk insertion
+  (at least a quarter of the graph) the nodes are renumbered in breadth-first
+  order from the entry points, so a node's neighbours lie near it in memory
+  (node <-> slot maps: slots, hence ids, never move; the maps go into
+  snapshots);
 * a search is a beam search of width ``max(ef, k)``, and the best
   ``max(4k, k + 32)`` returnable nodes it visits are re-ranked by the exact
   float64 distance of :mod:`models.geometry.kernels` and merged into the top
