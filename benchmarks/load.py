@@ -398,6 +398,13 @@ def table(rows: list[dict], meta: dict) -> str:
             f"| {r['kind']} | {r['clients']} | {r['requests']} | {r['errors']} | {r['p50']:.1f} | "
             f"{r['p99']:.1f} | {r['rps']:.0f} | {r['load']:.1f} | {verdict} |"
         )
+    for r in rows:
+        if r["kind"] == "batch":
+            out.append(
+                f"\nbatch: {r['rps'] * meta['batch_size']:,.0f} items/s acknowledged "
+                f"({r['rps']:.0f} requests/s x {meta['batch_size']} items, each answered "
+                "once durable)."
+            )
     return "\n".join(out)
 
 
