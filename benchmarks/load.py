@@ -408,6 +408,19 @@ def table(rows: list[dict], meta: dict) -> str:
     return "\n".join(out)
 
 
+def _scrub(svg: Path) -> None:
+    """Machine-local paths out of a flame graph: the checkout's, the virtual
+    environment's and Python's own prefixes, and py-spy's path."""
+    import re
+
+    text = svg.read_text(encoding="utf-8")
+    text = text.replace(str(ROOT) + "/", "")
+    text = re.sub(r"/[^\s\"'<>()]*/site-packages/", "site-packages/", text)
+    text = re.sub(r"/[^\s\"'<>()]*/lib/python3\.\d+/", "python/", text)
+    text = re.sub(r"/[^\s\"'<>()]*/py-spy\b", "py-spy", text)
+    svg.write_text(text, encoding="utf-8")
+
+
 def _profiler(pid: int, out: Path, seconds: float) -> subprocess.Popen | None:
     """py-spy recording the server for ``seconds`` into a flame graph (svg)."""
     import shutil
@@ -499,6 +512,8 @@ def main() -> int:
                     )
                 if spy is not None:
                     spy.wait(60)
+                    if (args.profile / f"{kind}-{n}.svg").exists():
+                        _scrub(args.profile / f"{kind}-{n}.svg")
                 r["load"] = load
                 rows.append(r)
                 print(

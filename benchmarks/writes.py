@@ -180,7 +180,8 @@ def missing(url: str, ids: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--labels", type=Path, default=ROOT / "var" / "labels.safetensors")
+    home = Path(os.environ.get("HYPSEARCH_HOME", ROOT / "var"))
+    ap.add_argument("--labels", type=Path, default=home / "labels.safetensors")
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--batch", type=int, default=1000)
     add_results_flag(ap, "writes")
