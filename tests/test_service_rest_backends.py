@@ -294,6 +294,72 @@ def test_search_filter_with_vector_payload_max_distance(server):
     assert r.json() == {"deleted": 30}
 
 
+EDGES = [["sneaker", "shoe"], ["boot", "shoe"], ["shoe", "thing"], ["bag", "thing"]]
+
+
+def test_collections_aliases_and_snapshots(server):
+    """Named collections beside the served index (each its own space), an alias
+    that moves atomically, and a snapshot taken, listed, restored after later
+    writes; writes without the key refused on each."""
+    c, rng = server.client, np.random.default_rng(7)
+    name = f"side-{server.kind}"
+    r = c.post("/v1/collections", json={"name": name, "space": "poincare:5", "taxonomy": EDGES})
+    assert r.status_code == 401, r.text  # no key
+    r = c.post(
+        "/v1/collections",
+        json={"name": name, "space": "poincare:5", "taxonomy": EDGES},
+        headers=AUTH,
+    )
+    assert r.status_code == 201, r.text
+    assert r.json()["dim"] == 5 and r.json()["items"] == 0
+    bad = c.post("/v1/collections", json={"name": name, "space": "poincare:5"}, headers=AUTH)
+    assert bad.status_code == 409 and _detail(bad)
+    base = f"/v1/collections/{name}"
+    items = [
+        {
+            "id": f"c{j}",
+            "vector": _vec(rng, 5, 0.3 + 0.01 * j),
+            "label": "boot",
+            "payload": {"j": j},
+        }
+        for j in range(20)
+    ]
+    assert c.post(f"{base}/items/batch", json={"items": items}).status_code == 401
+    r = c.post(f"{base}/items/batch", json={"items": items}, headers=AUTH)
+    assert r.status_code == 200 and r.json()["upserted"] == 20, r.text
+    hit = c.post(f"{base}/search", json={"vector": items[3]["vector"], "k": 1}).json()
+    assert hit["results"][0]["id"] == "c3"
+    assert server.items() >= N - 60  # the served collection is another one
+    # an alias, moved atomically
+    r = c.put(f"/v1/aliases/cur-{server.kind}", json={"collection": name}, headers=AUTH)
+    assert r.status_code == 200, r.text
+    via = c.post(
+        f"/v1/collections/cur-{server.kind}/search", json={"vector": items[5]["vector"], "k": 1}
+    )
+    assert via.status_code == 200 and via.json()["results"][0]["id"] == "c5"
+    assert c.get("/v1/aliases").json()[f"cur-{server.kind}"] == name
+    # a snapshot, later writes, the restore: back to the snapshot
+    snap = c.post(f"{base}/snapshots", headers=AUTH)
+    assert snap.status_code == 201, snap.text
+    sid = snap.json()["snapshot"]
+    listed = c.get(f"{base}/snapshots").json()
+    assert [s["snapshot"] for s in listed] == [sid] and listed[0]["items"] == 20
+    more = [{"id": f"m{j}", "vector": _vec(rng, 5), "label": "bag"} for j in range(5)]
+    assert c.post(f"{base}/items/batch", json={"items": more}, headers=AUTH).status_code == 200
+    assert c.get(f"{base}/stats").json()["items"] == 25
+    assert c.post(f"{base}/snapshots/{sid}/restore").status_code == 401
+    r = c.post(f"{base}/snapshots/{sid}/restore", headers=AUTH)
+    assert r.status_code == 200 and r.json()["items"] == 20, r.text
+    assert c.get(f"{base}/stats").json()["items"] == 20
+    got = c.post(f"{base}/items/get", json={"ids": ["c0", "m0"], "with_payload": True}).json()
+    assert [(it["id"], it["payload"]["j"]) for it in got["items"]] == [("c0", 0)]
+    # the alias first, then the collection
+    assert c.delete(f"{base}", headers=AUTH).status_code == 409
+    assert c.delete(f"/v1/aliases/cur-{server.kind}", headers=AUTH).status_code == 200
+    assert c.delete(f"{base}", headers=AUTH).status_code == 200
+    assert c.get(base).status_code == 404
+
+
 def test_search_batch(server):
     c = server.client
     searches = [
