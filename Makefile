@@ -17,7 +17,7 @@ run: setup
 
 # As root, the suite runs in a network namespace of its own that has only lo
 # (Ray binds the machine's interface otherwise; its tests skip outside one, and fail
-# there under CI=true, where a cluster is expected: tests/ray_support.py).
+# there under CI=true, where a cluster is expected: tests/support/ray_cluster.py).
 test: lint browser
 	@if [ "$$(id -u)" = 0 ] && command -v ip >/dev/null && ip netns add hypsearch-test-$$$$ 2>/dev/null; then \
 	  ns=hypsearch-test-$$$$; ip netns exec $$ns ip link set lo up; \

@@ -98,7 +98,7 @@ def filtered_search(n: int, queries: int) -> dict:
 def batch_upserts(labels: Path, single: int, batch: int) -> dict:
     import httpx
 
-    from tests.test_service_support import free_port
+    from tests.support.server import free_port
 
     folder = Path(tempfile.mkdtemp(prefix="filters-bench-"))
     port = free_port()

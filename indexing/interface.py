@@ -5,7 +5,7 @@ Poincaré ball), the same class over a product space (``space="poincare:8,
 sphere:4,euclidean:4"``: mixed curvature, exact backend; label features are the
 service's to refuse) and :class:`indexing.sharded.ShardedIndex` (N shards in this
 process or in Ray actors, answering exactly what one index over the same items
-answers). ``tests/test_index_interface.py`` checks that each has every member
+answers). ``tests/indexing/test_index_interface.py`` checks that each has every member
 below with a compatible signature; the service's type hints name this
 Protocol only.
 

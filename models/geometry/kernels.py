@@ -4,7 +4,7 @@ r"""Compiled (numba) float64 twins of the distances the index returns.
 (torch) are the reference; this module computes the *same formulas* one pair
 at a time in numba ``nopython`` code, so the index's search kernels re-rank
 their candidates without leaving compiled code (no GIL, no per-query Python).
-Tests check it against torch (``tests/test_geometry_kernels.py``).
+Tests check it against torch (``tests/models/test_geometry_kernels.py``).
 
 A space is a *factor table* (:func:`factor_table`): ``kinds`` (:data:`POINCARE`,
 :data:`SPHERE`, :data:`EUCLIDEAN`), coordinate ``starts`` (``F + 1`` entries)

@@ -6,7 +6,7 @@ compensated gap alone is about 15 elementwise operations). These twins
 compute the *same formulas in the same order* on numpy float64 arrays, for the
 per-request hot paths (distance to the origin of a query, its nearest label
 prototypes). Tests check them against the torch
-functions and the 60-digit reference (``tests/test_geometry_numpy.py``).
+functions and the 60-digit reference (``tests/models/test_geometry_numpy.py``).
 
 * :func:`gap` -- :math:`g(x) = 1 - c\|x\|^2` without cancellation (the error-free
   transformations of :func:`models.geometry.numerics.one_minus_c_sqnorm`),
