@@ -27,10 +27,10 @@ import torch
 from torch import nn
 
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from .data import Preprocess
 from .encoders import EncoderConfig, build_encoder
 from .heads import HeadConfig, Space, build_head, make_space
 from .labels import LabelEmbedding
+from .preprocess import Preprocess
 
 __all__ = ["ImageModel", "KIND", "load_model", "preprocess_from_dict"]
 
@@ -369,7 +369,7 @@ class ImageModel:
 
 
 def preprocess_from_dict(d: dict):
-    """The stored preprocessing of a checkpoint: :class:`~models.data.Preprocess`, or the
+    """The stored preprocessing of a checkpoint: :class:`~models.preprocess.Preprocess`, or the
     centre crop of a pretrained backbone (:class:`~models.backbones.CropPreprocess`)."""
     from .backbones import CropPreprocess
 

@@ -71,7 +71,8 @@ import geoopt
 import torch
 from torch import nn
 
-from .data import Augment, ImageSet, normalize
+from .augment import Augment
+from .data import ImageSet
 from .encoders import EncoderConfig, build_encoder, load_backbone
 from .features import pretrained_encoder
 from .geometry import poincare
@@ -80,6 +81,7 @@ from .image_model import ImageModel
 from .labels import LabelEmbedding
 from .losses import ConeTargets, Criterion, Prototypes, build_criterion
 from .objectives import Extras, build_extras
+from .preprocess import normalize
 from .prototypes import label_cone_spec
 from .train_config import TrainConfig, TrainError
 from .train_data import Prepared, prepare_data

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .data import ImageSet, Preprocess, load_dataset, split_indices
+from .data import ImageSet, load_dataset, split_indices
 from .features import (
     FeatureError,
     backbone_inputs,
@@ -21,6 +21,7 @@ from .features import (
     is_pretrained_backbone,
 )
 from .labels import LabelEmbedding
+from .preprocess import Preprocess
 from .train_config import TrainConfig, TrainError
 
 __all__ = ["Prepared", "prepare_data"]

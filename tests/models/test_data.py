@@ -10,22 +10,24 @@ import numpy as np
 import pytest
 import torch
 
-from models.data import (
+from models.augment import (
     Augment,
-    DataError,
-    Preprocess,
     color_jitter,
     gaussian_blur,
-    load_fashion_mnist,
-    load_folder,
-    load_manifest,
     random_flip,
     random_resized_crop,
     random_shift,
+)
+from models.data import (
+    DataError,
+    load_fashion_mnist,
+    load_folder,
+    load_manifest,
     read_class_map,
     read_idx,
     split_indices,
 )
+from models.preprocess import Preprocess
 
 FMNIST = "/usr/share/datasets/fashion-mnist"
 torch.set_num_threads(1)

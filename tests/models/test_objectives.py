@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from models.data import Augment
+from models.augment import Augment
 from models.geometry import poincare
 from models.heads import make_space
 from models.losses import Prototypes, build_criterion, expected_hops, prototype_ce

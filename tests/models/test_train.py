@@ -122,9 +122,9 @@ def test_truncated_and_foreign_checkpoints(labels, tmp_path):
     torch.set_num_threads(1)
     from safetensors.torch import save_file
 
-    from models.data import Preprocess
     from models.encoders import EncoderConfig
     from models.heads import HeadConfig
+    from models.preprocess import Preprocess
 
     model = ImageModel(
         EncoderConfig("conv4", 1, 28, [4, 4, 8, 8]),

@@ -273,10 +273,10 @@ def test_cone_levels_by_default_only_for_a_model_that_places_images_in_cones(
     """A model trained without the cone term puts no image inside its class's
     cone: its runtime groups by the taxonomy chain and /v1/embed answers the
     nearest nodes; with the cone term (or with no model), by cone."""
-    from models.data import Preprocess
     from models.encoders import EncoderConfig
     from models.heads import HeadConfig
     from models.image_model import ImageModel
+    from models.preprocess import Preprocess
 
     leaves = [n for n in LABELS.taxonomy.names if not LABELS.taxonomy.children(n)]
     model = ImageModel(
