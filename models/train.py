@@ -1,11 +1,13 @@
 r"""Training of the image encoder: images -> points of the Poincaré ball next to their labels.
 
-Reads top to bottom: the schedule (:func:`get_lr`, :func:`plan_epochs`), the
-set-up (:func:`build_model`, :func:`build_optimizer`), the validation
-(:func:`validate`), one epoch (:func:`train_epoch`: views, forward,
-objective, backward, clipping, step), then :func:`train`, which runs the
-epochs with an evaluation on the validation split and a resumable checkpoint
-after each. The options are :class:`~models.train_config.TrainConfig`, the
+Reads top to bottom: the schedule (:func:`get_lr`, :func:`plan_epochs`), one
+epoch (:func:`train_epoch`: views, forward, objective, backward, clipping,
+step), then :func:`train`, which runs the epochs with an evaluation on the
+validation split and a resumable checkpoint after each. The set-up
+(:func:`~models.train_setup.build_model`, :func:`~models.train_setup.build_optimizer`)
+is :mod:`models.train_setup`; the validation and what is fitted after the run
+(the novelty rule, the placement's calibration) :mod:`models.train_eval`. The
+options are :class:`~models.train_config.TrainConfig`, the
 data :func:`~models.train_data.prepare_data`, the run state on disk
 :mod:`models.train_state`, the objectives :data:`models.losses.LOSSES`.
 
@@ -67,24 +69,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import geoopt
 import torch
 from torch import nn
 
 from .augment import Augment
 from .data import ImageSet
-from .encoders import EncoderConfig, build_encoder, load_backbone
-from .features import pretrained_encoder
-from .geometry import poincare
-from .heads import HeadConfig, Space, build_head, make_space
 from .image_model import ImageModel
 from .labels import LabelEmbedding
-from .losses import ConeTargets, Criterion, Prototypes, build_criterion
-from .objectives import Extras, build_extras
+from .losses import Criterion, build_criterion
 from .preprocess import normalize
 from .prototypes import label_cone_spec
 from .train_config import TrainConfig, TrainError
 from .train_data import Prepared, prepare_data
+from .train_eval import calibrate_placement, fit_novelty, validate
+from .train_setup import (
+    Model,
+    amp_supported,
+    autocast,
+    build_model,
+    build_optimizer,
+    encode,
+    model_inputs,
+)
 from .train_state import load_partial_config, resume_run, save_run
 
 __all__ = [
@@ -129,399 +135,7 @@ def plan_epochs(
     return min(cfg.epochs, max(done, done + fit))
 
 
-# ---------------------------------------------------------------- set-up
-
-
-@dataclass
-class Model:
-    """What training trains: encoder and head, the optional auxiliary classifier, their space."""
-
-    encoder: nn.Module
-    head: nn.Module
-    aux: nn.Module | None  # linear classifier over the trained classes (dropped after training)
-    space: Space
-    protos: Prototypes | None  # the label points the objective and the validation use
-    encoder_cfg: EncoderConfig
-    head_cfg: HeadConfig
-    extra: Extras | None = None  # the auxiliary terms' parts (models.objectives; dropped after)
-    tta: bool = False  # features outside training: the mean of an image's and its mirror's
-
-    def modules(self) -> dict[str, nn.Module]:
-        """The trained modules by their checkpoint prefix."""
-        parts = {"encoder.": self.encoder, "head.": self.head}
-        parts = parts if self.aux is None else parts | {"aux.": self.aux}
-        return parts if self.extra is None else parts | {"extra.": self.extra}
-
-    def train(self, mode: bool = True) -> None:
-        self.encoder.train(mode)
-        self.head.train(mode)
-
-
-def _prototypes(
-    cfg: TrainConfig,
-    labels: LabelEmbedding,
-    space: Space,
-    seen_nodes: list[str],
-    class_points: torch.Tensor,
-) -> Prototypes:
-    """The trained classes' label points, and the candidates of the prototype loss."""
-    classes = space.from_ball(class_points)  # (K, D)
-    cone = _cone_targets(cfg, labels, seen_nodes, class_points)
-    hops = None  # the expected-hops term's costs, its weight included
-    weight = cfg.resolved_hop_weight(len(seen_nodes))
-    if weight > 0:
-        hops = weight * class_hops(labels.taxonomy, seen_nodes) ** cfg.hop_power
-    if cfg.negatives != "taxonomy":
-        return Prototypes(classes, classes, torch.arange(len(seen_nodes)), cone=cone, hops=hops)
-    # every node (held-out classes too: ``--holdout`` removes their images and nothing
-    # else, so a run with held-out classes trains as a deployment would); each
-    # class's ancestors excluded from its softmax
-    tax = labels.taxonomy
-    nodes = list(labels.names)
-    pos = {name: i for i, name in enumerate(nodes)}
-    points = space.from_ball(labels.embeddings[[tax.index(n) for n in nodes]])
-    target = torch.tensor([pos[n] for n in seen_nodes])
-    exclude = torch.zeros(len(seen_nodes), len(nodes), dtype=torch.bool)
-    for k, node in enumerate(seen_nodes):
-        exclude[k, [pos[a] for a in tax.ancestors(node) if a in pos]] = True
-    return Prototypes(classes, points, target, exclude, cone=cone, hops=hops)
-
-
-def class_hops(taxonomy, nodes: list[str]) -> torch.Tensor:
-    """(K, K) float32 taxonomy hops between ``nodes`` (:meth:`Taxonomy.hop_table
-    <models.taxonomy.Taxonomy.hop_table>`; nodes without a common ancestor: the longest
-    path found among the others, plus one)."""
-    table = taxonomy.hop_table(nodes, missing=-1)
-    table[table < 0] = table.max(initial=0) + 1
-    return torch.from_numpy(table).to(torch.float32)
-
-
-def _cone_targets(
-    cfg: TrainConfig, labels: LabelEmbedding, seen_nodes: list[str], class_points: torch.Tensor
-) -> ConeTargets | None:
-    """The cone term's targets (ball geometry and ``cone_weight`` > 0), else None."""
-    if cfg.cone_weight <= 0 or cfg.geometry != "poincare":
-        return None
-    tax = labels.taxonomy
-    k = len(seen_nodes)
-    other = torch.ones(k, k, dtype=torch.bool)
-    for i, node in enumerate(seen_nodes):
-        anc = tax.ancestors(node) | {node}
-        other[i] = torch.tensor([n not in anc for n in seen_nodes])
-    return ConeTargets(class_points, other, label_cone_spec(labels), labels.curvature)
-
-
-def build_model(cfg: TrainConfig, labels: LabelEmbedding, prep: Prepared) -> Model:
-    """Seeded encoder, head (around the trained classes' midpoint) and auxiliary classifier."""
-    objective = cfg.objective
-    seen_nodes = [prep.classes[i][1] for i in prep.seen]
-    torch.manual_seed(cfg.seed)
-    product = None
-    if cfg.space is not None:
-        from .geometry.product import ProductSpace
-
-        product = ProductSpace.parse(cfg.space)
-        if cfg.dim is not None and cfg.dim != product.dim:
-            raise TrainError(f"--dim {cfg.dim} does not match --space {cfg.space}")
-    dim = cfg.dim or (product.dim if product is not None else labels.dim)
-    if objective.needs_protos and dim != labels.dim:
-        raise TrainError(
-            f"--dim {dim}: the {cfg.loss} loss needs the label embedding's dimension {labels.dim}"
-        )
-    if cfg.placement == "cones" and (
-        cfg.geometry != "poincare" or label_cone_spec(labels)["family"] != "cap"
-    ):
-        raise TrainError(
-            "--placement cones needs the ball geometry and labels of the cap family "
-            "(`hypsearch labels train`, the cap construction)"
-        )
-    c = labels.curvature
-    if cfg.curvature is not None and not objective.needs_protos:
-        c = float(cfg.curvature)  # label-free objectives: the model's own curvature
-    # the head's base point: the Einstein midpoint of the trained classes' label points
-    base = torch.zeros(dim, dtype=torch.float64)
-    class_points = None  # label-free objectives: the classes need not be label nodes
-    if objective.needs_protos:
-        class_points = labels.embeddings[[labels.taxonomy.index(n) for n in seen_nodes]]
-    if objective.needs_protos and cfg.centre:
-        base = poincare.einstein_midpoint(class_points, c=c)
-    geometry = "product" if product is not None else cfg.geometry
-    scale = 0.0  # prototypes at prototype_radius, on average, from the base point
-    if objective.needs_protos and cfg.radius_of_prototypes > 0 and geometry != "product":
-        mean = float(poincare.dist(base.expand_as(class_points), class_points, c=c).mean())
-        scale = cfg.radius_of_prototypes / mean if mean > 0 else 0.0
-    space = make_space(geometry, c, base=base, spec=cfg.space, scale=scale)
-    protos = None
-    if objective.needs_protos:
-        protos = _prototypes(cfg, labels, space, seen_nodes, class_points)
-    clip_r = cfg.clip_r
-    if clip_r is None:  # reach the farthest class from the base point: d <= 2r/sqrt(c)
-        if objective.needs_protos:
-            far = float(poincare.dist(base.expand_as(class_points), class_points, c=c).max())
-            far *= scale or 1.0
-            clip_r = far * math.sqrt(c) / 2 + 0.5
-            if protos is not None and protos.cone is not None:
-                clip_r += cfg.cone_reach * math.sqrt(c) / 2  # beyond the label points
-        else:
-            clip_r = 2.3  # Hyp-ViT
-    if prep.features:  # a pretrained backbone, frozen but for its last cfg.unfreeze blocks
-        encoder = pretrained_encoder(cfg.backbone, prep.preprocess.size, cfg.unfreeze)
-        enc_cfg = encoder.config
-    else:
-        enc_cfg = EncoderConfig(
-            name=cfg.encoder,
-            in_channels=prep.preprocess.channels,
-            input_size=prep.preprocess.size,
-            widths=list(cfg.widths),
-            depth=cfg.depth,
-            pool_first=cfg.pool_first,
-            dropout=cfg.dropout,
-        )
-        encoder = build_encoder(enc_cfg)
-    if cfg.backbone and not prep.features:
-        try:
-            load_backbone(encoder, cfg.backbone)
-        except ValueError as e:
-            raise TrainError(str(e)) from None
-    head_cfg = HeadConfig(
-        in_features=encoder.out_features,
-        dim=dim,
-        geometry=geometry,
-        curvature=c,
-        clip_r=clip_r,
-        mobius=cfg.mobius,
-        space=None if product is None else str(product),
-        learn_curvature=cfg.learn_curvature,
-        prototype_scale=scale,
-    )
-    head = build_head(head_cfg)
-    if cfg.learn_curvature:
-        space.learned = head.curvature  # the objectives see the head's current curvature
-    with torch.no_grad():
-        head.base.copy_(base)
-    head.base.requires_grad_(cfg.learn_base and geometry == "poincare")
-    encoder = encoder.to(memory_format=torch.channels_last)
-    aux = None
-    if cfg.aux > 0 and objective.needs_labels and cfg.classifier == "linear":
-        aux = nn.Linear(encoder.out_features, len(seen_nodes))
-    k = len(seen_nodes) if objective.needs_labels else 0
-    extra = build_extras(cfg, space, encoder, encoder.out_features, k, c, base)
-    return Model(encoder, head, aux, space, protos, enc_cfg, head_cfg, extra, tta=bool(cfg.tta))
-
-
-def build_optimizer(
-    cfg: TrainConfig, model: Model
-) -> tuple[torch.optim.Optimizer, list[nn.Parameter]]:
-    """Riemannian Adam over the trainable parameters; weight decay on matrices and kernels only."""
-    params = [p for m in model.modules().values() for p in m.parameters() if p.requires_grad]
-
-    def decays(p):
-        return p.dim() >= 2 and not isinstance(p, geoopt.ManifoldParameter)
-
-    groups = [
-        {"params": [p for p in params if decays(p)], "weight_decay": cfg.weight_decay},
-        {"params": [p for p in params if not decays(p)], "weight_decay": 0.0},
-    ]
-    return geoopt.optim.RiemannianAdam(groups, lr=cfg.lr), params
-
-
-def _amp_supported() -> bool:
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except Exception:
-        return False
-
-
-def _autocast(enabled: bool):
-    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=enabled)
-
-
-# ---------------------------------------------------------------- evaluation during training
-
-
-@torch.no_grad()
-def validate(model: Model, prep: Prepared, amp: bool, batch_size: int = 1024) -> dict:
-    """Loss-free metrics of the validation split: nearest-prototype accuracy (or Recall@1)."""
-    pixels, targets = prep.val_pixels, prep.val_targets
-    if len(pixels) == 0:
-        return {}
-    f = split_features(model, prep, pixels, amp, batch_size)
-    model.train(False)
-    z = model.head(f)
-    out = {}
-    space = model.space
-    if model.protos is not None and (targets >= 0).any():
-        pred = space.pairwise(z, model.protos.classes).argmin(1)
-        ok = targets >= 0
-        out["val_acc"] = float((pred[ok] == targets[ok]).double().mean())
-        if isinstance(model.aux, nn.Linear):  # the auxiliary classifier's accuracy
-            pred = model.aux(f).argmax(1)
-            out["val_aux_acc"] = float((pred[ok] == targets[ok]).double().mean())
-    elif (targets >= 0).sum() > 1:
-        d = space.pairwise(z, z)
-        d.fill_diagonal_(float("inf"))
-        nn_ = d.argmin(1)
-        out["val_r1"] = float((targets[nn_] == targets).double().mean())
-    model.train()
-    return out
-
-
-@torch.no_grad()
-def split_features(
-    model: Model, prep: Prepared, pixels: torch.Tensor, amp: bool, batch_size: int = 1024
-) -> torch.Tensor:
-    """Encoder features (n, F) float32 of rows of a split (eval mode; train mode after):
-    with ``model.tta`` the mean of each image's and its mirror image's, as
-    :meth:`ImageModel.features` computes them."""
-    model.train(False)
-    fs = []
-    for s in range(0, len(pixels), batch_size):
-        x = _inputs(prep, pixels[s : s + batch_size])
-        with _autocast(amp):
-            f = _encode(model.encoder, prep, x).float()
-            if model.tta and x.dim() == 4:
-                f = (f + _encode(model.encoder, prep, x.flip(-1)).float()) / 2
-            fs.append(f)
-    model.train()
-    return torch.cat(fs) if fs else torch.zeros(0, 0)
-
-
-#: training images the feature novelty statistics are fitted on (a seeded sample)
-NOVELTY_FIT_IMAGES = 20_000
-
-
-def fit_novelty(out: ImageModel, model: Model, prep: Prepared, cfg: TrainConfig) -> None:
-    """The feature novelty rule (:mod:`models.novelty`): fitted on up to
-    :data:`NOVELTY_FIT_IMAGES` training images, its threshold calling
-    ``cfg.novelty_rate`` of the validation images novel; kept in ``out.novelty``,
-    ``out.config["novelty_threshold"]`` and ``out.metrics["novelty"]``. Features in
-    float32 (no bfloat16 autocast), as :meth:`ImageModel.embed` computes them."""
-    from .novelty import FeatureNovelty
-
-    rate = cfg.resolved_novelty_rate(len(prep.classes))
-    tr, va = prep.train_targets >= 0, prep.val_targets >= 0
-    if rate <= 0 or not bool(va.any()):
-        return
-    gen = torch.Generator().manual_seed(cfg.seed * 7_919 + 1)
-    rows = torch.nonzero(tr).flatten()
-    rows = rows[torch.randperm(len(rows), generator=gen)[:NOVELTY_FIT_IMAGES]].sort().values
-    t0 = time.perf_counter()
-    try:
-        nov = FeatureNovelty.fit(
-            split_features(model, prep, prep.train_pixels[rows], False), prep.train_targets[rows]
-        )
-    except ValueError:  # a trained class without a sampled image: no rule rather than a bad one
-        return
-    threshold = nov.calibrate(split_features(model, prep, prep.val_pixels[va], False), rate)
-    out.novelty = nov
-    out.config |= {"novelty_rate": rate, "novelty_threshold": threshold}
-    out.metrics["novelty"] = {
-        "rate": rate,
-        "threshold": threshold,
-        "fit_images": len(rows),
-        "seconds": time.perf_counter() - t0,
-    }
-    out._placement = None
-
-
-#: what the placement's calibration asks of the validation images: at least this share
-#: placed at their class, and at most ``PLACEMENT_OTHER`` in another class's cone -- 0.01
-#: below the 0.05 aimed at on the test split (a model whose validation images gave 0.046
-#: gave 0.053 on the test split: docs/image-model.md)
-PLACEMENT_IN_CLASS, PLACEMENT_OTHER = 0.9, 0.04
-
-
-def placement_merit(got: dict) -> tuple[bool, float]:
-    """How good a calibrated placement is on validation (larger is better): first whether
-    it meets both aims (:data:`PLACEMENT_IN_CLASS`, :data:`PLACEMENT_OTHER`), then the
-    share of images placed at their class."""
-    both = got["val_in_class"] >= PLACEMENT_IN_CLASS and got["val_other"] <= PLACEMENT_OTHER
-    return both, got["val_in_class"]
-
-
-def calibrate_placement(out: ImageModel, model: Model, prep: Prepared, cfg: TrainConfig) -> None:
-    """The cone placement's back-offs from the validation split
-    (:func:`models.placement.calibrate`), written into ``out.config``
-    (``placement_confidence``, ``placement_novelty``, ``placement_radii``) and
-    ``out.metrics["placement"]``; with a kept classifier, its posterior or the
-    distances', whichever does better on validation (:func:`placement_merit`;
-    ``placement_posterior``, ``metrics["placement_val_in_class"]`` and
-    ``["placement_val_other"]``)."""
-    from .placement import ConePlacement, PlacementConfig, calibrate
-
-    if cfg.placement_posterior == "classifier":
-        if isinstance(model.aux, nn.Linear):  # kept for the placement's posterior
-            out.classifier = (model.aux.weight.detach().clone(), model.aux.bias.detach().clone())
-        else:  # no linear auxiliary classifier (--aux 0, --classifier hmlr): the distances
-            out.config["placement_posterior"] = "distance"
-    ok = prep.val_targets >= 0
-    if not bool(ok.any()):
-        return
-    # float32 features, as ImageModel.embed computes them (no bfloat16 autocast)
-    f = split_features(model, prep, prep.val_pixels[ok], False)
-    with torch.no_grad():
-        z = model.head(f).double()
-    seen = [prep.classes[i][1] for i in prep.seen]
-    classes = [seen[t] for t in prep.val_targets[ok].tolist()]
-
-    def calibrated(classifier) -> dict:
-        pl = ConePlacement(
-            out.labels,
-            seen,
-            PlacementConfig(tau=out.config.get("tau", 1.0)),
-            prototypes=out.head_prototypes(),
-            classifier=classifier,
-        )
-        return calibrate(
-            pl, z, classes, in_class=PLACEMENT_IN_CLASS, other=PLACEMENT_OTHER, features=f
-        )
-
-    got = calibrated(out.classifier)
-    if out.classifier is not None:
-        # the classifier's posterior unless the distances' does better on validation: meets
-        # both aims where the classifier's does not, or places more images at their class
-        # (a short run's classifier can lag behind the head)
-        by_distance = calibrated(None)
-        out.metrics["placement_val_in_class"] = {
-            "classifier": got["val_in_class"],
-            "distance": by_distance["val_in_class"],
-        }
-        out.metrics["placement_val_other"] = {
-            "classifier": got["val_other"],
-            "distance": by_distance["val_other"],
-        }
-        if placement_merit(by_distance) > placement_merit(got):
-            got = by_distance
-            out.classifier = None
-            out.config["placement_posterior"] = "distance"
-    out.config |= {
-        "placement_confidence": got["confidence"],
-        "placement_novelty": 1.0,
-        "placement_radii": got["radii"],
-    }
-    out.metrics["placement"] = {k: got[k] for k in ("confidence", "val_in_class", "val_other")}
-    out._placement = None
-
-
 # ---------------------------------------------------------------- one epoch
-
-
-def _inputs(prep: Prepared, rows: torch.Tensor, augment=None, views: int = 1, gen=None):
-    """Stored rows -> the encoder's input: uint8 pixels as ``views`` augmented views,
-    normalised, channels last; a pretrained backbone's cached outputs as they are."""
-    if prep.features:
-        x = rows.to(torch.float32)
-    else:
-        pre = prep.preprocess
-        pixels = rows.to(torch.float32) / 255  # (B, C, S, S)
-        vs = [augment(pixels, gen) for _ in range(views)] if augment is not None else [pixels]
-        x = torch.cat([normalize(v, pre.mean, pre.std) for v in vs])
-    return x.contiguous(memory_format=torch.channels_last) if x.dim() == 4 else x
-
-
-def _encode(encoder: nn.Module, prep: Prepared, x: torch.Tensor) -> torch.Tensor:
-    """Encoder features (n, F) of :func:`_inputs`."""
-    return encoder.from_cached(x) if prep.features else encoder(x)
 
 
 @dataclass
@@ -563,9 +177,9 @@ def train_epoch(
             group["lr"] = lr
         idx = order[b * bs : (b + 1) * bs]
         y = prep.train_targets[idx]
-        x = _inputs(prep, prep.train_pixels[idx], step.augment, step.views, gen)
-        with _autocast(step.amp):
-            feats = _encode(model.encoder, prep, x)  # (V*B, F)
+        x = model_inputs(prep, prep.train_pixels[idx], step.augment, step.views, gen)
+        with autocast(step.amp):
+            feats = encode(model.encoder, prep, x)  # (V*B, F)
         z = model.head(feats.float())  # (V*B, D) float64
         # one-view objectives with two views (auxiliary terms): both views labelled
         yy = y if cfg.objective.two_views or step.views == 1 else y.repeat(step.views)
@@ -574,7 +188,7 @@ def train_epoch(
             logits = model.aux(feats.float())
             loss = loss + cfg.aux * nn.functional.cross_entropy(logits, yy)
         if model.extra is not None:
-            loss = loss + model.extra.loss(x, feats, z, y, _autocast(step.amp))[0]
+            loss = loss + model.extra.loss(x, feats, z, y, autocast(step.amp))[0]
         step.opt.zero_grad(set_to_none=True)
         loss.backward()
         if cfg.grad_clip > 0:
@@ -658,7 +272,7 @@ def _train(cfg, labels, progress, checkpoint_path, resume, data, max_seconds) ->
         params=params,
         augment=Augment(strength, flip=cfg.flip),
         views=2 if two_views else 1,
-        amp=cfg.amp and _amp_supported(),
+        amp=cfg.amp and amp_supported(),
         iters_per_epoch=iters_per_epoch,
         batch_size=bs,
     )
@@ -789,7 +403,7 @@ def recluster(model: Model, prep: Prepared, cfg: TrainConfig, epoch: int, amp: b
         x = normalize(
             prep.train_pixels[pick[s : s + 512]].to(torch.float32) / 255, pre.mean, pre.std
         )
-        with _autocast(amp):
+        with autocast(amp):
             f = model.encoder(x.contiguous(memory_format=torch.channels_last))
         zs.append(model.head(f.float()))
     model.train()

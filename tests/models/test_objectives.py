@@ -27,8 +27,9 @@ from models.objectives import (
     merge_levels,
     sampled_columns,
 )
-from models.train import TrainConfig, TrainError, class_hops, train
+from models.train import TrainConfig, TrainError, train
 from models.train_config import MAX_HOP_CLASSES
+from models.train_setup import class_hops
 from tests.support.training import needs_fmnist, small_labels, tiny_config
 
 

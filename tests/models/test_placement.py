@@ -10,7 +10,7 @@ import torch
 from models.geometry import cones, poincare
 from models.placement import ConePlacement, PlacementConfig, backoff_choice, class_membership
 from models.taxonomy import Taxonomy
-from models.train import placement_merit
+from models.train_eval import placement_merit
 from tests.support.cones import CAP, around, cap_labels, hand_tree, in_class_share, tiny_train
 
 # ---------------------------------------------------------------- move_outward
@@ -181,7 +181,7 @@ def test_placement_keeps_nearest_neighbours_within_a_class():
 
 
 def test_placement_merit_prefers_meeting_both_aims_then_more_at_their_class():
-    from models.train import PLACEMENT_IN_CLASS, PLACEMENT_OTHER
+    from models.train_eval import PLACEMENT_IN_CLASS, PLACEMENT_OTHER
 
     ok = {"val_in_class": PLACEMENT_IN_CLASS, "val_other": PLACEMENT_OTHER}
     more_but_leaky = {"val_in_class": 0.95, "val_other": PLACEMENT_OTHER + 0.01}
