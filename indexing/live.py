@@ -42,7 +42,7 @@ _warm_started = threading.Event()
 def _warm_ahead(choice: BackendChoice, n_alive: int) -> None:
     """Load the graph kernels in a daemon thread when an ``auto`` index nears the
     switch, so that the write that switches pays the build alone, not numba's
-    cache load as well (:func:`indexing.backends.graph.warm_kernels`)."""
+    cache load as well (:func:`indexing.backends.graph_warm.warm_kernels`)."""
     if (
         choice.config != "auto"
         or n_alive < WARM_AHEAD * choice.auto_threshold
@@ -52,7 +52,7 @@ def _warm_ahead(choice: BackendChoice, n_alive: int) -> None:
     _warm_started.set()
 
     def warm() -> None:
-        from .backends.graph import warm_kernels
+        from .backends.graph_warm import warm_kernels
 
         try:
             log.info("graph kernels loaded ahead of the switch in %.1f s", warm_kernels())

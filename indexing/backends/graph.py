@@ -73,23 +73,12 @@ coordinates, ranked, pruned and re-ranked with the product distance of
 proxy or the exact product distance).
 benchmarks/results/ann.md (docs/index.md) has the measurements behind these choices.
 
-Parameters: ``R`` (32; 48 on deep data, :data:`DEEP_DEFAULTS`),
-``ef_construction`` (:func:`construction_default`: 48 up to 20-d in the
-ball, 128 above 40-d, else 96), ``alpha`` (1.0), ``ef``
-(``None``: calibrated to ``target_recall`` (0.99, recall@10) on the data;
-:func:`default_ef` of the dimension and depth before a calibration), ``n_entries`` (256),
-``max_batch`` (4096), ``handoffs`` (3), ``mates`` (32), ``min_degree`` (8; 16
-on deep data),
-``precision`` ("auto"), ``build_threads`` (0: the CPUs),
-``filter_exact_threshold`` (20000), ``seed`` (100).
+Parameters and their defaults: :mod:`.graph_params`.
 """
 
 from __future__ import annotations
 
 import io
-import os
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -98,201 +87,44 @@ from ..geometry import IndexSpace, PoincareIndexSpace
 from ..table import ItemTable
 from .base import Backend, empty_answer, search_size
 from .exact import exact_search, n_candidates, with_deep_scan
+from .graph_calibrate import CalibrationMixin
+from .graph_params import (
+    AUTO_DEEP_SHARE,
+    CALIBRATION_MIN_NODES,
+    CALIBRATION_QUERIES,
+    DEEP_DEFAULTS,
+    DEFAULTS,
+    EF_LADDER,
+    check_params,
+    construction_default,
+    default_ef,
+)
+from .graph_threads import (
+    MIN_CHUNK,
+    VisitedPool,
+    cpus,
+    executor,
+    search_threads,
+    set_search_threads,
+)
 
-__all__ = ["GraphBackend", "search_threads", "set_search_threads", "warm_kernels"]
+__all__ = ["GraphBackend", "search_threads", "set_search_threads"]
 
-_DEFAULTS: dict[str, Any] = {
-    "R": 32,
-    "ef_construction": 96,
-    "alpha": 1.0,
-    "ef": None,
-    "max_batch": 4096,
-    "build_threads": 0,
-    "filter_exact_threshold": 20000,
-    "seed": 100,
-    "n_entries": 256,
-    "handoffs": 3,
-    "mates": 32,
-    "min_degree": 8,
-    "precision": "auto",
-    "target_recall": 0.99,
-}
-#: ``precision="auto"``: float64 coordinates when more than this share of the
-#: items is deep (label embeddings of a big taxonomy), else float32 with the
-#: deep items scanned exactly.
-AUTO_DEEP_SHARE = 0.01
-#: the defaults that change when ``precision="auto"`` picks float64 for deep
-#: data (unless given): on the WordNet noun embeddings (30,000 x 10-d) R = 48
-#: and a minimum degree of 16 took recall@10 at ef 96 from 0.962 to 0.992 and
-#: the build from 79 s to 12 s (a near-tree graph makes every beam long)
-DEEP_DEFAULTS: dict[str, int] = {"R": 48, "min_degree": 16, "ef_construction": 96}
-#: ``ef_construction`` by dimension (:func:`construction_default`): up to
-#: ``NARROW_DIM`` in the ball :data:`NARROW_EF_CONSTRUCTION` (the 200,000 x
-#: 16-d cloud: built in 7.3 s instead of 11.8 s, recall@10 0.9943 at ef 48
-#: where 96 gave 0.9915 at ef 32 and 0.9966 at 48), above ``WIDE_DIM``
-#: :data:`WIDE_EF_CONSTRUCTION` (the 64-d cloud: 96 built a graph that
-#: needed a beam of 192-320 for 0.99, 128 one that needs 96-128: 8,700
-#: queries/s instead of about 3,000, built in about the same time), 96
-#: between, on products and on deep data (the noun embeddings lost recall
-#: with 48: 0.986 at ef 512; :data:`DEEP_DEFAULTS`)
-NARROW_DIM, WIDE_DIM = 20, 40
-NARROW_EF_CONSTRUCTION, WIDE_EF_CONSTRUCTION = 48, 128
-_INT_PARAMS = ("R", "ef_construction", "max_batch", "n_entries")
-#: the beam widths the calibration tries, smallest first; none below 16: on a
-#: 5,000-point cloud a width of 8 passed the calibration yet missed 4 of 50
-#: exact-match queries for items added later in an empty region of the ball
-EF_LADDER = (16, 20, 24, 32, 40, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384, 448, 512)
-#: calibration: items of a bulk insertion searched as fresh queries and as near
-#: copies (:meth:`GraphBackend._first_passing`), and the fewest nodes worth it
-CALIBRATION_QUERIES = 500
-CALIBRATION_MIN_NODES = 2000
-#: the calibration asks this much more recall of its own queries than
-#: ``target_recall``: on the 1,000,000-point cloud they passed at ef 48
-#: where the benchmark's 1,000 fresh queries reached 0.9884 (0.9932 at 64)
-CALIBRATION_MARGIN = 0.003
 #: a bulk insertion renews the breadth-first node layout when the graph has
 #: doubled, from this many nodes on
 RELAYOUT_MIN = 8192
-#: queries per search thread at least (below that one thread answers them all)
-_MIN_CHUNK = 16
-
-_threads_lock = threading.Lock()
-_pool: ThreadPoolExecutor | None = None
-_search_threads = 0
-
-
-def search_threads() -> int:
-    """Threads the queries of one search call are spread over (the kernels
-    release the GIL): :func:`set_search_threads`, else ``HYPSEARCH_SEARCH_THREADS``,
-    else the CPUs of the process."""
-    if _search_threads:
-        return _search_threads
-    env = os.environ.get("HYPSEARCH_SEARCH_THREADS", "")
-    if env.strip().isdigit() and int(env) > 0:
-        return int(env)
-    return _cpus()
-
-
-def set_search_threads(n: int) -> None:
-    """Spread every later search call over ``n`` threads (0: back to the default)."""
-    global _search_threads
-    _search_threads = max(0, int(n))
-
-
-def _executor(n: int) -> ThreadPoolExecutor:
-    global _pool
-    with _threads_lock:
-        if _pool is None or _pool._max_workers < n:
-            _pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="hypsearch-graph")
-        return _pool
-
-
-def default_ef(dim: int, n: int, *, deep: bool = False, product: bool = False) -> int:
-    """The beam width a search uses when neither the call nor the parameters set
-    one, for ``n`` items of dimension ``dim`` (``deep``: ball data deep enough
-    for float64 coordinates, such as label embeddings; ``product``: a product
-    space): the smallest that
-    reached recall@10 >= 0.99 on the benchmark datasets of that size (benchmarks/results/ann.md,
-    "The index"); a bigger graph needs a wider beam."""
-    big = n > 300_000
-    if product and n > 100_000:  # poincare:8,sphere:4,euclidean:4 at 200,000: 0.9923 at 48
-        return 64
-    if deep:  # WordNet nouns: 0.9937 at ef 96 on 30,000; 0.9908 at ef 192 on all 82,115
-        return 96 if n <= 50_000 else 192
-    if dim <= 20:
-        return 64 if big else 40
-    if dim <= 40:
-        return 96 if big else 64
-    if big:
-        return 256
-    return 192 if n > 100_000 else 128  # 64-d cloud at 200,000: 0.9861 at 128, 0.9901 at 192
-
-
-def construction_default(dim: int, *, product: bool = False) -> int:
-    """The ``ef_construction`` a graph of dimension ``dim`` builds with unless
-    given (see :data:`NARROW_EF_CONSTRUCTION`; deep data: :data:`DEEP_DEFAULTS`)."""
-    if dim > WIDE_DIM:
-        return WIDE_EF_CONSTRUCTION
-    if dim <= NARROW_DIM and not product:
-        return NARROW_EF_CONSTRUCTION
-    return _DEFAULTS["ef_construction"]
-
-
 def _kernels():
     from . import _graph_kernels
 
     return _graph_kernels
 
 
-class _VisitedPool:
-    """Per-call visited buffers (uint8 stamps, cleared every 255 searches:
-    :func:`._graph_kernels.search_batch`) so concurrent searches never share one."""
-
-    def __init__(self) -> None:
-        self._free: list[list] = []  # [buffer, stamp]
-        self._lock = threading.Lock()
-
-    def take(self, n: int) -> list:
-        with self._lock:
-            while self._free:
-                item = self._free.pop()
-                if len(item[0]) >= n:
-                    return item
-        return [np.zeros(max(n, 1024) + n // 4, dtype=np.uint8), 0]
-
-    def give(self, item: list) -> None:
-        with self._lock:
-            self._free.append(item)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._free.clear()
-
-
-def _check_params(space: IndexSpace, params: dict[str, Any]) -> dict[str, Any]:
-    unknown = set(params) - set(_DEFAULTS)
-    if unknown:
-        raise TypeError(f"graph backend: unknown parameters {sorted(unknown)}")
-    p = {**_DEFAULTS, **params}
-    for key in _INT_PARAMS + (() if p["ef"] is None else ("ef",)):
-        if int(p[key]) < 1:
-            raise ValueError(f"graph backend: {key} must be >= 1, got {p[key]!r}")
-    if int(p["R"]) < 2:
-        raise ValueError(f"graph backend: R must be >= 2, got {p['R']!r}")
-    if not float(p["alpha"]) >= 1.0:
-        raise ValueError(f"graph backend: alpha must be >= 1, got {p['alpha']!r}")
-    if not 0.0 <= float(p["target_recall"]) <= 1.0:
-        raise ValueError(
-            f"graph backend: target_recall must be in [0, 1], got {p['target_recall']!r}"
-        )
-    for key in ("filter_exact_threshold", "build_threads", "handoffs", "mates", "min_degree"):
-        if int(p[key]) < 0:
-            raise ValueError(f"graph backend: {key} must be >= 0, got {p[key]!r}")
-    if p["precision"] not in ("auto", "float32", "float64"):
-        raise ValueError(
-            "graph backend: precision must be 'auto', 'float32' or 'float64', "
-            f"got {p['precision']!r}"
-        )
-    if not isinstance(space, PoincareIndexSpace) and p["precision"] == "float32":
-        raise ValueError("graph backend: a product space is indexed in float64 only")
-    return {
-        k: (
-            float(v)
-            if k in ("alpha", "target_recall")
-            else v
-            if k == "precision" or v is None
-            else int(v)
-        )
-        for k, v in p.items()
-    }
-
-
-class GraphBackend(Backend):
+class GraphBackend(CalibrationMixin, Backend):
     name = "graph"
 
     def __init__(self, space: IndexSpace, **params: Any) -> None:
         super().__init__(space)
-        self._p = _check_params(space, params)
+        self._p = check_params(space, params)
         self._given = set(params)
         self._ball = isinstance(space, PoincareIndexSpace)
         if "ef_construction" not in self._given:
@@ -304,7 +136,7 @@ class GraphBackend(Backend):
         self._dtype = np.float32
         if not self._ball or self._p["precision"] == "float64":
             self._dtype = np.float64
-        self._visited = _VisitedPool()
+        self._visited = VisitedPool()
         self._reset(0)
 
     @property
@@ -338,7 +170,7 @@ class GraphBackend(Backend):
         plain = {"ef_construction": construction_default(self.space.dim, product=not self._ball)}
         for key, value in DEEP_DEFAULTS.items():
             if key not in self._given:
-                self._p[key] = value if self._deep_tuned() else plain.get(key, _DEFAULTS[key])
+                self._p[key] = value if self._deep_tuned() else plain.get(key, DEFAULTS[key])
 
     # -- state ------------------------------------------------------------------------
     def _reset(self, capacity: int) -> None:
@@ -515,7 +347,7 @@ class GraphBackend(Backend):
     def _link(self, slots: np.ndarray) -> None:
         """Insert the nodes ``slots`` (not in the graph yet) in doubling batches."""
         K = _kernels()
-        threads = self._p["build_threads"] or _cpus()
+        threads = self._p["build_threads"] or cpus()
         two_c = 2.0 * self.space.c if self._ball else 0.0
 
         def spread(n, fn):
@@ -568,66 +400,7 @@ class GraphBackend(Backend):
                 self._renumber()
                 relayout = 2 * self._in_graph
 
-    def _first_passing(
-        self, table: ItemTable, qs: np.ndarray, *, copies: bool, start: int = 0, k: int = 10
-    ) -> int:
-        """Calibration of the default beam width: the position in
-        :data:`EF_LADDER` (from ``start``) of the first width whose recall@``k``
-        for the items ``qs`` (slots) reaches ``target_recall`` (plus
-        :data:`CALIBRATION_MARGIN`) against the exact
-        brute-force truth (the last position if none does).
-
-        ``ef=None`` searches use the width both kinds of query pass with (the
-        larger of the two positions), each measured on
-        :data:`CALIBRATION_QUERIES` items of a bulk insertion:
-
-        * *fresh queries* (``copies=False``): the items, kept out until the
-          graph of the others is built, search that graph -- as a query
-          the graph has never seen does;
-        * *near copies* (``copies=True``): the same items once in the graph,
-          each asking for ``k + 1`` with itself left out -- a query next to
-          an indexed item (query by example).
-
-        Neither alone predicted the recall of the benchmark's own fresh
-        queries on every dataset (near copies were too optimistic on the 16-d
-        cloud and the mixed-curvature cloud; fresh queries on the WordNet noun
-        embeddings, whose benchmark queries are nouns moved by a small step).
-        Easy data get a narrow beam (ef 8 on the preferential-attachment cloud,
-        where the table per dimension, :func:`default_ef`, gave 64) and hard
-        data a wide one.  ``target_recall=0`` keeps the table.  (Called under
-        the index's write lock.)"""
-        K = _kernels()
-        nodes = np.nonzero(self._flags[: self._n] == 1)[0]
-        slots = np.sort(self._n2s[nodes])
-        q64 = np.ascontiguousarray(table.vectors[qs])
-        gq = self.space.kernel_gaps(q64)
-        kk = k + 1 if copies else k
-        truth = np.empty((len(qs), kk), dtype=np.int64)
-
-        def brute(a: int, b: int) -> None:
-            K.brute_topk(
-                q64[a:b], gq[a:b], table.vectors, self._g, slots, *self._table, kk, truth[a:b]
-            )
-
-        self._spread(len(qs), brute, min_chunk=8)
-        want = [set(r[r != q].tolist()[:k]) for r, q in zip(truth, qs, strict=True)]
-        if not copies:  # mid-insertion: entries from the graph as it is (repair
-            # and the final entries come after; a copy query keeps those)
-            self._pick_entries()
-        # a margin over the target: 500 queries are one draw of the hard ones
-        target = min(1.0, self._p["target_recall"] + CALIBRATION_MARGIN) * k * len(qs)
-
-        def passes(i: int) -> bool:
-            found, _ = self._graph_search(table, q64, kk, len(slots), None, EF_LADDER[i])
-            hits = sum(
-                len(w & set(r[r != q].tolist()[:k]))
-                for w, r, q in zip(want, found, qs, strict=True)
-            )
-            return hits >= target
-
-        return _first_true(passes, start, len(EF_LADDER) - 1)
-
-    def _spread(self, n: int, fn, *, threads: int = 0, min_chunk: int = _MIN_CHUNK) -> None:
+    def _spread(self, n: int, fn, *, threads: int = 0, min_chunk: int = MIN_CHUNK) -> None:
         """``fn(a, b)`` over ``[0, n)`` split across ``threads`` threads
         (default :func:`search_threads`; ``fn`` runs a nogil kernel)."""
         threads = min(threads or search_threads(), max(1, n // min_chunk))
@@ -636,7 +409,7 @@ class GraphBackend(Backend):
             return
         bounds = np.linspace(0, n, threads + 1).astype(int)
         futures = [
-            _executor(threads).submit(fn, int(bounds[t]), int(bounds[t + 1]))
+            executor(threads).submit(fn, int(bounds[t]), int(bounds[t + 1]))
             for t in range(threads)
         ]
         for f in futures:
@@ -882,67 +655,3 @@ class GraphBackend(Backend):
             + self._n2s.nbytes
             + self._s2n.nbytes
         )
-
-
-def _first_true(passes, lo: int, hi: int) -> int:
-    """The first ``i`` in ``[lo, hi]`` with ``passes(i)`` (``hi`` if none does),
-    for a ``passes`` that is monotone (recall grows with the beam width):
-    galloping steps from ``lo`` (1, 2, 4, ...), then bisection.  A search's
-    cost grows with its width, so the probes stay near the answer: the noun
-    embeddings, calibrated to the last width of :data:`EF_LADDER`, took 19
-    probes one by one and take 6."""
-    if passes(lo):
-        return lo
-    fail, step = lo, 1
-    while fail + step < hi:
-        if passes(fail + step):
-            hi = fail + step
-            break
-        fail += step
-        step *= 2
-    # passes(fail) is false; the answer is in (fail, hi]
-    while hi - fail > 1:
-        mid = (fail + hi) // 2
-        if passes(mid):
-            hi = mid
-        else:
-            fail = mid
-    return hi
-
-
-def _cpus() -> int:
-    """The CPUs this process may run on."""
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)
-
-
-def warm_kernels(dim: int = 8) -> float:
-    """Load (or compile) the compiled kernels of this backend now, on a few hundred
-    random points of the ball, both coordinate precisions; returns the seconds
-    it took.
-
-    numba loads its on-disk cache at a kernel's first call: about 1.3 s on a
-    2-core machine, which otherwise lands on the write that makes ``auto``
-    switch an exact-scan index to this backend (benchmarks/results/writes.md).
-    The service calls this in the background once it is serving."""
-    import time
-
-    from ..geometry import PoincareIndexSpace
-    from ..table import ItemTable
-
-    t0 = time.perf_counter()
-    rng = np.random.default_rng(0)
-    space = PoincareIndexSpace(dim, 1.0)
-    x = rng.standard_normal((600, dim))
-    x *= rng.uniform(0.05, 0.8, (600, 1)) / np.linalg.norm(x, axis=1, keepdims=True)
-    for precision in ("float32", "float64"):
-        table = ItemTable(dim, capacity=1024)
-        table.upsert([f"w{i}" for i in range(400)], x[:400], [None] * 400, [None] * 400)
-        g = GraphBackend(space, precision=precision, n_entries=16, build_threads=1)
-        g.build(table)
-        more = [f"w{i}" for i in range(400, 600)]
-        new, _ = table.upsert(more, x[400:], [None] * 200, [None] * 200)
-        g.add(table, new)
-        g.search(table, x[:4], 5)
-        g.search(table, x[:4], 5, allowed=np.arange(0, 600, 2, dtype=np.int64))
-        g.remove(table, new[:10])
-    return time.perf_counter() - t0

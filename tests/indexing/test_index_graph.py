@@ -10,6 +10,7 @@ import pytest
 
 from indexing import HyperbolicIndex, IndexInputError
 from indexing.backends import graph as graph_backend
+from indexing.backends import graph_params
 from tests.support.cloud import (
     against_exact,
     assert_geodesic,
@@ -316,7 +317,7 @@ def test_precision_auto_follows_the_depth_of_the_data():
             assert backend.params["ef_construction"] == 96  # not the narrow 16-d one
         else:
             assert backend._dtype == np.float32 and backend._deep  # scanned exactly
-            assert backend.params["ef_construction"] == graph_backend.NARROW_EF_CONSTRUCTION
+            assert backend.params["ef_construction"] == graph_params.NARROW_EF_CONSTRUCTION
         results[precision] = g.search(q, k=10)
     order, bf = brute_force(deep, q, 10)
     truth = np.array(make_ids(len(deep)))[order]
@@ -366,7 +367,7 @@ def test_the_default_beam_is_calibrated_on_the_data_and_reaches_the_target():
     x, q = cloud(8000, 200, seed=41)
     ix = _graph(x)
     backend = ix._backend
-    assert backend.ef_auto in graph_backend.EF_LADDER
+    assert backend.ef_auto in graph_params.EF_LADDER
     assert backend.ef == backend.ef_auto
     found, _ = ix.search(q, k=10)  # ef=None: the calibrated width
     truth = np.array(make_ids(len(x)))[brute_force(x, q, 10)[0]]
@@ -376,7 +377,7 @@ def test_the_default_beam_is_calibrated_on_the_data_and_reaches_the_target():
     assert strict.ef_auto >= backend.ef_auto
     table = _graph(x, target_recall=0)._backend
     assert table.ef_auto is None
-    assert table.ef == graph_backend.default_ef(16, len(x))
+    assert table.ef == graph_params.default_ef(16, len(x))
 
 
 @pytest.mark.parametrize("lo", [0, 3, 17])
@@ -384,7 +385,7 @@ def test_the_calibration_finds_the_first_passing_width_with_few_probes(lo):
     """The ladder search (galloping then bisection) returns what a scan one
     width at a time returns, for a monotone test, probing each width at most
     once and never more than about 2 log2 of the ladder's length."""
-    top = len(graph_backend.EF_LADDER) - 1
+    top = len(graph_params.EF_LADDER) - 1
     for answer in range(lo, top + 2):
         probed = []
 
@@ -392,7 +393,7 @@ def test_the_calibration_finds_the_first_passing_width_with_few_probes(lo):
             probed.append(i)
             return i >= answer
 
-        assert graph_backend._first_true(passes, lo, top) == min(answer, top)
+        assert graph_params.first_true(passes, lo, top) == min(answer, top)
         assert len(probed) == len(set(probed)) and all(lo <= i <= top for i in probed)
         assert len(probed) <= 2 * int(np.ceil(np.log2(top + 2)))
 
@@ -479,12 +480,12 @@ def test_the_rerank_bound_changes_no_answer(monkeypatch, space):
 
 def test_the_construction_beam_follows_the_dimension():
     narrow = HyperbolicIndex(16, backend="graph")._backend.params["ef_construction"]
-    assert narrow == graph_backend.NARROW_EF_CONSTRUCTION < 96
+    assert narrow == graph_params.NARROW_EF_CONSTRUCTION < 96
     assert HyperbolicIndex(32, backend="graph")._backend.params["ef_construction"] == 96
     product = HyperbolicIndex(space=PRODUCT, backend="graph")._backend.params
     assert product["ef_construction"] == 96
     wide = HyperbolicIndex(64, backend="graph")._backend.params["ef_construction"]
-    assert wide == graph_backend.WIDE_EF_CONSTRUCTION > 96
+    assert wide == graph_params.WIDE_EF_CONSTRUCTION > 96
     given = HyperbolicIndex(64, backend="graph", ef_construction=50)._backend.params
     assert given["ef_construction"] == 50
 
