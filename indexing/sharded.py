@@ -57,7 +57,6 @@ import hashlib
 import json
 import logging
 import os
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -72,7 +71,14 @@ from .errors import IndexInputError, IndexStoreError
 from .filters import Filter, parse_filter
 from .geometry import PoincareIndexSpace, make_index_space
 from .hierarchical import chain_levels
-from .index import HyperbolicIndex, Item
+from .index import Item
+from .shards import (
+    LocalShards,
+    RayShards,
+    ShardServer,
+    ShardUnavailableError,
+    shard_actor,
+)
 from .store import STORE_FILE
 from .validation import (
     check_folder,
@@ -95,13 +101,7 @@ __all__ = [
 log = logging.getLogger("indexing")
 
 SHARDS_FILE = "shards.json"
-NAMESPACE = "hypsearch"
 FORMAT = 1
-START_TIMEOUT = 180.0  # seconds to wait for the shards' actors to start
-
-
-class ShardUnavailableError(RuntimeError):
-    """A shard did not answer within the timeout (its actor is restarting or gone)."""
 
 
 def shard_of(item_id: str, n: int) -> int:
@@ -119,48 +119,6 @@ def _shard_folder(root: Path, i: int, n: int) -> Path:
     return root / f"shard-{i:03d}-of-{n:03d}"
 
 
-class ShardServer:
-    """One shard: a :class:`HyperbolicIndex` opened (or created) in ``folder``.
-
-    In Ray this is the actor class; a restart runs ``__init__`` again, which
-    reopens the store (snapshot + replay of later writes)."""
-
-    def __init__(self, folder: str, space: str, curvature: float, backend: str, params: dict):
-        self.folder = Path(folder)
-        if (self.folder / STORE_FILE).exists():
-            self.index = HyperbolicIndex.load(self.folder)
-        else:
-            self.index = HyperbolicIndex(
-                space=space, curvature=curvature, backend=backend, path=self.folder, **params
-            )
-        # the first search loads the distance code (seconds): do it before answering
-        warm = HyperbolicIndex(space=space, curvature=curvature, backend="exact")
-        pts = np.random.default_rng(0).uniform(-0.1, 0.1, size=(64, warm.dim)) / warm.dim
-        warm.add(pts, [f"w{i}" for i in range(64)])
-        warm.search(pts[:1], k=1)
-        warm.close()
-        self.started = time.time()
-
-    def call(self, method: str, *args, **kwargs):
-        return getattr(self.index, method)(*args, **kwargs)
-
-    def attr(self, name: str):
-        return getattr(self.index, name)
-
-    def info(self) -> dict:
-        return {"pid": os.getpid(), "started": self.started, "items": len(self.index)}
-
-    def item_labels(self) -> dict[str, str | None]:
-        return self.index.item_labels()
-
-    def contains(self, ids: list[str]) -> list[bool]:
-        return self.index.contains_many(ids)
-
-    def stop(self) -> None:
-        self.index.save()
-        self.index.close()
-
-
 class _Descendants:
     """``descendants_of`` as a table (picklable: it travels to the shards)."""
 
@@ -169,110 +127,6 @@ class _Descendants:
 
     def __call__(self, label: str) -> frozenset[str]:
         return self.table[label]
-
-
-class _LocalShards:
-    """Shards in this process."""
-
-    def __init__(self, servers: list[ShardServer]) -> None:
-        self.servers = servers
-
-    def run(self, calls: Sequence[tuple[int, str, tuple, dict]]) -> list:
-        return [getattr(self.servers[i], m)(*a, **kw) for i, m, a, kw in calls]
-
-    def stop(self) -> None:
-        for s in self.servers:
-            s.stop()
-
-
-class _RayShards:
-    """Shards in named Ray actors; calls repeated while an actor restarts."""
-
-    def __init__(self, names: list[str], make: Callable[[int], Any], timeout: float) -> None:
-        import ray
-
-        self.ray = ray
-        self.names = names
-        self.timeout = timeout
-        self.owned: list[bool] = []
-        self.actors = []
-        for i, name in enumerate(names):
-            try:
-                actor = ray.get_actor(name, namespace=NAMESPACE)
-                self.owned.append(False)
-            except ValueError:  # not running: start it
-                actor = make(i)
-                self.owned.append(True)
-            self.actors.append(actor)
-        # wait until all are up (a start takes longer than a call)
-        self.run([(i, "info", (), {}) for i in range(len(names))], max(timeout, START_TIMEOUT))
-
-    def run(self, calls: Sequence[tuple[int, str, tuple, dict]], timeout=None) -> list:
-        from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
-
-        timeout = self.timeout if timeout is None else timeout
-        deadline = time.monotonic() + timeout
-        refs = [self._submit(c) for c in calls]
-        out = []
-        for c, ref in zip(calls, refs, strict=True):
-            while True:
-                left = deadline - time.monotonic()
-                try:
-                    out.append(self.ray.get(ref, timeout=max(left, 0.001)))
-                    break
-                except RayTaskError as e:  # the shard's own error (bad input): as it was raised
-                    cause = getattr(e, "cause", None)
-                    if isinstance(cause, Exception) and not isinstance(cause, RayTaskError):
-                        raise cause from None
-                    raise
-                except RayActorError:
-                    if time.monotonic() >= deadline:
-                        raise self._unavailable(c[0], timeout) from None
-                    time.sleep(0.05)
-                    ref = self._submit(c)  # the actor restarts: ask again
-                except GetTimeoutError:
-                    raise self._unavailable(c[0], timeout) from None
-        return out
-
-    def _submit(self, c):
-        i, method, args, kwargs = c
-        return getattr(self.actors[i], method).remote(*args, **kwargs)
-
-    def _unavailable(self, i: int, timeout: float) -> ShardUnavailableError:
-        return ShardUnavailableError(
-            f"shard {i} of {len(self.names)} ({self.names[i]}) did not answer within "
-            f"{timeout:g} s (its actor is restarting or its node is gone); try again"
-        )
-
-    def stop(self) -> None:
-        calls = [(i, "stop", (), {}) for i, own in enumerate(self.owned) if own]
-        try:
-            self.run(calls, max(self.timeout, START_TIMEOUT))
-        finally:
-            for i, own in enumerate(self.owned):
-                if own:
-                    self.ray.kill(self.actors[i], no_restart=True)
-
-
-def _shard_actor(name: str, i: int, args: tuple, num_cpus: float):
-    """Start the actor of shard ``i`` (pinned by ``hypsearch_shard_<i>`` when the
-    cluster has that resource)."""
-    import ray
-
-    opts: dict[str, Any] = {
-        "name": name,
-        "namespace": NAMESPACE,
-        "lifetime": "detached",
-        "get_if_exists": True,
-        "max_restarts": -1,
-        "max_task_retries": 0,
-        "max_concurrency": 8,
-        "num_cpus": num_cpus,
-    }
-    pin = f"hypsearch_shard_{i}"
-    if ray.cluster_resources().get(pin, 0) > 0:
-        opts["resources"] = {pin: 0.01}
-    return ray.remote(ShardServer).options(**opts).remote(*args)
 
 
 class ShardedIndex:
@@ -311,11 +165,11 @@ class ShardedIndex:
         if ray:
             tag = hashlib.blake2b(str(root.resolve()).encode(), digest_size=4).hexdigest()
             names = [f"hypsearch-shard-{tag}-{i}" for i in range(self._n)]
-            self._shards = _RayShards(
-                names, lambda i: _shard_actor(names[i], i, args[i], num_cpus), timeout
+            self._shards = RayShards(
+                names, lambda i: shard_actor(names[i], i, args[i], num_cpus), timeout
             )
         else:
-            self._shards = _LocalShards([ShardServer(*a) for a in args])
+            self._shards = LocalShards([ShardServer(*a) for a in args])
         self._ray = ray
         self._closed = False
 
