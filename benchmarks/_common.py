@@ -141,3 +141,25 @@ def write_results(name: str, body: str, *, command: str, title: str | None = Non
     tmp.write_text("\n".join(head) + "\n" + body.rstrip("\n") + "\n", encoding="utf-8")
     os.replace(tmp, path)
     return path
+
+
+def wait_ready(proc, url: str, log: Path, limit: float = 120.0) -> None:
+    """Wait until the server process ``proc`` answers ``GET url/readyz`` with 200; if it
+    exits, or is not ready after ``limit`` seconds (then it is terminated), stop the
+    benchmark with a line that points at its ``log``."""
+    import time
+
+    import httpx
+
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"server exited with {proc.returncode}; see {log}")
+        try:
+            if httpx.get(url + "/readyz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    proc.terminate()
+    raise SystemExit(f"server not ready after {limit:g} s; see {log}")

@@ -50,7 +50,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import numpy as np
-from _common import ROOT, add_results_flag, command_line, cpu_model, report
+from _common import ROOT, add_results_flag, command_line, cpu_model, report, wait_ready
 
 TARGETS = {("vector", 32): 5.0, ("label", 32): 15.0, ("label-hier", 32): 15.0}  # p99 ms
 LABELS = [
@@ -86,8 +86,6 @@ def _free_port() -> int:
 def start_server(
     model: Path, index: Path, log: Path, extra_env: dict
 ) -> tuple[subprocess.Popen, str]:
-    import httpx
-
     port = _free_port()
     env = {
         **os.environ,
@@ -117,18 +115,8 @@ def start_server(
         stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"server exited with {proc.returncode}; see {log}")
-        try:
-            if httpx.get(url + "/readyz", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    proc.terminate()
-    raise SystemExit(f"server not ready after 120 s; see {log}")
+    wait_ready(proc, url, log)
+    return proc, url
 
 
 def workloads(url: str, n: int = 200, seed: int = 0, batch_size: int = 100) -> dict:

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import ROOT, add_results_flag, command_line, write_results
+from _common import ROOT, add_results_flag, command_line, wait_ready, write_results
 
 KEY = "benchmark-writes-key"
 LABELS = ["gym_shoe.n.01", "sandal.n.01", "bag.n.04", "coat.n.01", "dress.n.01"]
@@ -46,8 +46,6 @@ def _free_port() -> int:
 
 
 def start_server(labels: Path, index: Path, log: Path) -> tuple[subprocess.Popen, str]:
-    import httpx
-
     port = _free_port()
     env = {
         **os.environ,
@@ -60,18 +58,8 @@ def start_server(labels: Path, index: Path, log: Path) -> tuple[subprocess.Popen
     cmd += ["--index", str(index), "--host", "127.0.0.1", "--port", str(port)]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=logf, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"server exited with {proc.returncode}; see {log}")
-        try:
-            if httpx.get(url + "/readyz", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    proc.terminate()
-    raise SystemExit(f"server not ready after 120 s; see {log}")
+    wait_ready(proc, url, log)
+    return proc, url
 
 
 def _item(rng, dim: int, item_id: str, j: int) -> dict:

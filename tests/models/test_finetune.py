@@ -19,7 +19,7 @@ import torch
 from models.backbones import CropPreprocess, load_lite0
 from models.image_model import load_model
 from models.imaging import decode
-from service.cli import main as _cli_main
+from tests.support.cli import cli_status, one_line_error
 from tests.support.photos import PHOTOS
 from tests.support.server import Server, needs_data
 
@@ -42,19 +42,6 @@ EDGES = [
 ]
 
 
-def main(argv):
-    try:
-        return _cli_main(argv)
-    except SystemExit as e:
-        return e.code
-
-
-def _one_line_error(capsys, code, *needles):
-    err = capsys.readouterr().err.strip()
-    assert code == 2, err
-    assert len(err.splitlines()) == 1, err
-    for n in needles:
-        assert n in err, err
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +101,7 @@ def trained(photos, labels_file, home, tmp_path_factory):
     """A checkpoint trained by the CLI on the folder (frozen backbone, 96 px), with the
     CLI's answer and the stat of the cache file it wrote."""
     out = tmp_path_factory.mktemp("model") / "model.safetensors"
-    code = main(_train(photos, labels_file, out))
+    code = cli_status(_train(photos, labels_file, out))
     return out, code
 
 
@@ -124,7 +111,7 @@ def test_features_are_cached_once_and_reused(trained, photos, labels_file, home,
     caches = list((home / "features").iterdir())
     assert len(caches) == 1
     stat = caches[0].stat()
-    assert main(_train(photos, labels_file, out.with_name("again.safetensors"))) == 0
+    assert cli_status(_train(photos, labels_file, out.with_name("again.safetensors"))) == 0
     again = json.loads(capsys.readouterr().out)["features"]
     assert again["reused"] is True and again["file"] == str(caches[0]) and again["images"] == 6
     after = caches[0].stat()
@@ -163,7 +150,7 @@ def test_embed_model_and_service_give_the_same_vector(trained, photos, home, tmp
     z_model = model.embed(decode(cat)[None]).numpy()[0]
     out = tmp_path / "z.npy"
     argv = ["embed", "--model", str(trained), "--images", str(photos), "--out", str(out)]
-    assert main([*argv, "--threads", "1", "--workers", "0", "--quiet"]) == 0
+    assert cli_status([*argv, "--threads", "1", "--workers", "0", "--quiet"]) == 0
     side = json.loads(out.with_suffix(".json").read_text())
     z_cli = np.load(out)[side["ids"].index("cat/chelsea.png")]
     # the CLI embeds the six photos in one batch: float32 convolutions sum in another
@@ -182,7 +169,8 @@ def test_embed_model_and_service_give_the_same_vector(trained, photos, home, tmp
 
 def test_unfreeze_trains_the_last_block_only(photos, labels_file, home, tmp_path, capsys):
     out = tmp_path / "u.safetensors"
-    assert main(_train(photos, labels_file, out, "--unfreeze", "1", "--input-size", "64")) == 0
+    argv = _train(photos, labels_file, out, "--unfreeze", "1", "--input-size", "64")
+    assert cli_status(argv) == 0
     r = json.loads(capsys.readouterr().out)
     assert r["features"]["reused"] is False
     model = load_model(out)
@@ -199,16 +187,16 @@ def test_unfreeze_trains_the_last_block_only(photos, labels_file, home, tmp_path
 def test_bad_backbone_and_unfreeze_exit_2_with_one_line(photos, labels_file, tmp_path, capsys):
     out = str(tmp_path / "m.safetensors")
     base = ["train", "--images", str(photos), "--labels", str(labels_file), "--out", out]
-    code = main([*base, "--backbone", "pretrained:resnet-9000"])
-    _one_line_error(capsys, code, "--backbone pretrained:resnet-9000", "efficientnet-lite0")
-    code = main([*base, "--unfreeze", "2"])
-    _one_line_error(capsys, code, "--unfreeze")
-    code = main([*base, "--backbone", BACKBONE, "--unfreeze", "99"])
-    _one_line_error(capsys, code, "--unfreeze 99")
-    code = main([*base[:-4], "--out", out, "--backbone", BACKBONE, "--loss", "ntxent"])
-    _one_line_error(capsys, code, "cached features")
-    code = main(["demo", "--photos", str(tmp_path / "nowhere"), "--no-serve"])
-    _one_line_error(capsys, code, "--photos")
+    code = cli_status([*base, "--backbone", "pretrained:resnet-9000"])
+    one_line_error(capsys, code, "--backbone pretrained:resnet-9000", "efficientnet-lite0")
+    code = cli_status([*base, "--unfreeze", "2"])
+    one_line_error(capsys, code, "--unfreeze")
+    code = cli_status([*base, "--backbone", BACKBONE, "--unfreeze", "99"])
+    one_line_error(capsys, code, "--unfreeze 99")
+    code = cli_status([*base[:-4], "--out", out, "--backbone", BACKBONE, "--loss", "ntxent"])
+    one_line_error(capsys, code, "cached features")
+    code = cli_status(["demo", "--photos", str(tmp_path / "nowhere"), "--no-serve"])
+    one_line_error(capsys, code, "--photos")
     assert not Path(out).exists()
 
 

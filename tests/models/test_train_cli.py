@@ -8,16 +8,8 @@ import os
 import pytest
 import torch
 
-from service.cli import main as _cli_main
+from tests.support.cli import cli_status, one_line_error
 from tests.support.training import needs_fmnist, small_labels
-
-
-def main(argv):
-    """The CLI's exit status, also for argparse errors (which raise SystemExit)."""
-    try:
-        return _cli_main(argv)
-    except SystemExit as e:
-        return e.code
 
 
 @pytest.fixture(scope="module")
@@ -27,13 +19,6 @@ def labels_file(tmp_path_factory):
     small_labels().save(path)
     return path
 
-
-def _one_line_error(capsys, code, *needles):
-    err = capsys.readouterr().err.strip()
-    assert code == 2
-    assert len(err.splitlines()) == 1, err
-    for n in needles:
-        assert n in err, err
 
 
 def train_argv(labels, out, *more):
@@ -51,7 +36,7 @@ def train_argv(labels, out, *more):
 def test_train_and_eval_happy_path(labels_file, tmp_path, capsys):
     out = tmp_path / "model.safetensors"
     more = "--epochs 1 --limit 700 --batch-size 64 --threads 1 --holdout sandal.n.01 --json --quiet"
-    code = main(train_argv(labels_file, out, *more.split()))
+    code = cli_status(train_argv(labels_file, out, *more.split()))
     captured = capsys.readouterr()
     assert code == 0, captured.err
     r = json.loads(captured.out)
@@ -60,7 +45,7 @@ def test_train_and_eval_happy_path(labels_file, tmp_path, capsys):
     assert not (tmp_path / "model.safetensors.partial").exists()
 
     more = "--dataset fashion-mnist --split test --limit 400 --threads 1 --json --quiet"
-    code = main(["eval", "--model", str(out), *more.split()])
+    code = cli_status(["eval", "--model", str(out), *more.split()])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     m = json.loads(captured.out)
@@ -76,30 +61,31 @@ def test_train_and_eval_happy_path(labels_file, tmp_path, capsys):
 
 def test_train_bad_input(labels_file, tmp_path, capsys):
     out = str(tmp_path / "m.safetensors")
-    code = main(train_argv(tmp_path / "none", out, "--quiet"))
-    _one_line_error(capsys, code, "--labels", "no such file")
-    code = main(train_argv(labels_file, out, "--data-dir", str(tmp_path / "nofolder"), "--quiet"))
-    _one_line_error(capsys, code, "nofolder", "no such folder")
-    code = main(["train", "--labels", str(labels_file), "--out", out, "--quiet"])
-    _one_line_error(capsys, code, "--dataset")
-    _one_line_error(capsys, main(train_argv(labels_file, out, "--epochs", "-1")), "--epochs")
+    code = cli_status(train_argv(tmp_path / "none", out, "--quiet"))
+    one_line_error(capsys, code, "--labels", "no such file")
+    nofolder = str(tmp_path / "nofolder")
+    code = cli_status(train_argv(labels_file, out, "--data-dir", nofolder, "--quiet"))
+    one_line_error(capsys, code, "nofolder", "no such folder")
+    code = cli_status(["train", "--labels", str(labels_file), "--out", out, "--quiet"])
+    one_line_error(capsys, code, "--dataset")
+    one_line_error(capsys, cli_status(train_argv(labels_file, out, "--epochs", "-1")), "--epochs")
     (tmp_path / "junk.safetensors").write_bytes(b"\x00" * 100)
-    code = main(train_argv(tmp_path / "junk.safetensors", out, "--quiet"))
-    _one_line_error(capsys, code, "junk.safetensors")
+    code = cli_status(train_argv(tmp_path / "junk.safetensors", out, "--quiet"))
+    one_line_error(capsys, code, "junk.safetensors")
     assert not os.path.exists(out)
 
 
 @needs_fmnist
 def test_train_bad_holdout_and_eval_bad_model(labels_file, tmp_path, capsys):
     out = str(tmp_path / "m.safetensors")
-    code = main(train_argv(labels_file, out, "--holdout", "hat.n.01", "--quiet"))
-    _one_line_error(capsys, code, "--holdout hat.n.01")
+    code = cli_status(train_argv(labels_file, out, "--holdout", "hat.n.01", "--quiet"))
+    one_line_error(capsys, code, "--holdout hat.n.01")
     assert not os.path.exists(out)
-    code = main(
+    code = cli_status(
         ["eval", "--model", str(labels_file), "--dataset", "fashion-mnist", "--json", "--quiet"]
     )
-    _one_line_error(capsys, code, "expected a 'model' checkpoint")
-    code = main(
+    one_line_error(capsys, code, "expected a 'model' checkpoint")
+    code = cli_status(
         ["eval", "--model", str(tmp_path / "absent"), "--dataset", "fashion-mnist", "--json"]
     )
-    _one_line_error(capsys, code, "--model", "no such file")
+    one_line_error(capsys, code, "--model", "no such file")

@@ -17,6 +17,7 @@ import zlib
 import numpy as np
 import pytest
 
+from tests.support.rest import detail_of
 from tests.support.server import (
     app_client,
     fmnist_test_split,
@@ -48,12 +49,6 @@ def picture():
     data = fmnist_test_split()
     row = int(np.flatnonzero(data.targets == 7)[0])
     return png_bytes(data.images[row])
-
-
-def _detail(r) -> str:
-    body = r.json()
-    assert isinstance(body.get("detail"), str) and body["detail"], body
-    return body["detail"]
 
 
 # ---------------------------------------------------------------- ops
@@ -230,7 +225,8 @@ def test_label_detail(client, rt):
     foot = client.get("/v1/labels/footwear.n.02").json()
     assert foot["items"] >= body["items"]
     r = client.get("/v1/labels/snekaer")
-    assert r.status_code == 404 and "snekaer" in _detail(r) and "sneaker" in r.json()["suggestions"]
+    assert r.status_code == 404 and "snekaer" in detail_of(r)
+    assert "sneaker" in r.json()["suggestions"]
 
 
 # ---------------------------------------------------------------- items
@@ -338,7 +334,7 @@ def test_large_jpeg_is_decoded_reduced(client):
     buf = io.BytesIO()
     Image.new("L", (5200, 5200), 200).save(buf, "PNG")
     r = client.post("/v1/embed", files={"file": ("big.png", buf.getvalue(), "image/png")})
-    assert r.status_code == 413 and "27,040,000 pixels" in _detail(r)
+    assert r.status_code == 413 and "27,040,000 pixels" in detail_of(r)
 
 
 def test_micro_batching_groups_concurrent_requests():
@@ -429,7 +425,7 @@ BAD_SEARCHES = [
 def test_bad_search_input(client, body, status, words):
     r = client.post("/v1/search", json=body)
     assert r.status_code == status, r.text
-    assert words in _detail(r)
+    assert words in detail_of(r)
 
 
 def test_bad_json(client):
@@ -438,17 +434,17 @@ def test_bad_json(client):
         content=b'{"vector": [NaN, 0, 0, 0, 0, 0, 0, 0, 0, 0]}',
         headers={"content-type": "application/json"},
     )
-    assert r.status_code == 422 and "vector[0]" in _detail(r)
+    assert r.status_code == 422 and "vector[0]" in detail_of(r)
     r = client.post(
         "/v1/search", content=b"{not json", headers={"content-type": "application/json"}
     )
-    assert r.status_code == 422 and _detail(r)
+    assert r.status_code == 422 and detail_of(r)
     r = client.put(
         "/v1/items/x",
         content=b'{"vector": [Infinity]}',
         headers={"content-type": "application/json"},
     )
-    assert r.status_code == 422 and "vector[0]" in _detail(r)
+    assert r.status_code == 422 and "vector[0]" in detail_of(r)
 
 
 def test_bad_uploads(client, rt, picture):
@@ -456,32 +452,32 @@ def test_bad_uploads(client, rt, picture):
         return client.post(path, files={"file": (name, data, "image/png")})
 
     r = up(b"hello, not a picture")
-    assert r.status_code == 415 and "file" in _detail(r)
+    assert r.status_code == 415 and "file" in detail_of(r)
     r = up(picture[: len(picture) // 2])
-    assert r.status_code == 422 and "does not decode" in _detail(r)
+    assert r.status_code == 422 and "does not decode" in detail_of(r)
     r = up(b"")
-    assert r.status_code == 422 and "empty" in _detail(r)
+    assert r.status_code == 422 and "empty" in detail_of(r)
     r = up(_bomb_png(60_000, 60_000))
-    assert r.status_code == 413 and "pixels" in _detail(r)
+    assert r.status_code == 413 and "pixels" in detail_of(r)
     r = up(_bomb_png(60_000, 60_000), path="/v1/embed")
     assert r.status_code == 413
     r = client.post("/v1/search/image", data={"nofile": "x"})
-    assert r.status_code == 422 and "file" in _detail(r)
+    assert r.status_code == 422 and "file" in detail_of(r)
     r = client.post(
         "/v1/search/image", files={"file": ("s.png", picture, "image/png")}, params={"k": 0}
     )
-    assert r.status_code == 422 and "k" in _detail(r)
+    assert r.status_code == 422 and "k" in detail_of(r)
     r = client.put("/v1/items/x", content=b"vector=1", headers={"content-type": "text/plain"})
-    assert r.status_code == 415 and "content-type" in _detail(r)
+    assert r.status_code == 415 and "content-type" in detail_of(r)
 
 
 def test_upload_size_limit(rt, picture):
     with app_client(rt, max_upload_bytes=len(picture) - 1) as c:
         r = c.post("/v1/search/image", files={"file": ("s.png", picture, "image/png")})
-        assert r.status_code == 413 and "limit" in _detail(r)
+        assert r.status_code == 413 and "limit" in detail_of(r)
         big = b"\x89PNG" + b"\x00" * 200_000  # over the body cap: refused before parsing
         r = c.post("/v1/embed", files={"file": ("s.png", big, "image/png")})
-        assert r.status_code == 413 and "limit" in _detail(r)
+        assert r.status_code == 413 and "limit" in detail_of(r)
         # one upload rule: every route that takes a picture answers the same 413
         files = {"file": ("s.png", picture, "image/png")}
         answers = [
@@ -504,7 +500,7 @@ def test_json_body_limit(rt):
     with app_client(rt, max_json_bytes=4096) as c:
         assert c.post("/v1/search", json=ok).status_code == 200
         r = c.post("/v1/search", json=pad)
-        assert r.status_code == 413 and "HYPSEARCH_MAX_JSON_BYTES" in _detail(r)
+        assert r.status_code == 413 and "HYPSEARCH_MAX_JSON_BYTES" in detail_of(r)
         body = json.dumps(pad).encode()
 
         def chunks():  # no content-length: counted while it is read
@@ -512,7 +508,7 @@ def test_json_body_limit(rt):
                 yield body[i : i + 1000]
 
         r = c.post("/v1/search", content=chunks(), headers={"content-type": "application/json"})
-        assert r.status_code == 413 and "HYPSEARCH_MAX_JSON_BYTES" in _detail(r)
+        assert r.status_code == 413 and "HYPSEARCH_MAX_JSON_BYTES" in detail_of(r)
         r = c.put("/v1/items/j1", json=pad)
         assert r.status_code == 413 and c.get("/v1/items/j1").status_code == 404
 
@@ -523,13 +519,13 @@ def test_api_key_guards_writes_and_jobs(rt):
         r = c.put("/v1/items/k1", json={"vector": v})
         assert (
             r.status_code == 401
-            and "Bearer" in _detail(r)
+            and "Bearer" in detail_of(r)
             and r.headers["www-authenticate"] == "Bearer"
         )
         r = c.put(
             "/v1/items/k1", json={"vector": v}, headers={"Authorization": "Bearer wrong-key-123"}
         )
-        assert r.status_code == 401 and "wrong" in _detail(r)
+        assert r.status_code == 401 and "wrong" in detail_of(r)
         assert c.delete("/v1/items/k1").status_code == 401
         assert c.post("/v1/index/jobs", json={"path": "/tmp"}).status_code == 401
         auth = {"Authorization": f"Bearer {KEY}"}
@@ -553,9 +549,9 @@ def test_placeholder_api_key_is_refused():
 
 def test_unknown_paths_and_methods(client):
     r = client.get("/v1/nothing")
-    assert r.status_code == 404 and "/v1/nothing" in _detail(r)
+    assert r.status_code == 404 and "/v1/nothing" in detail_of(r)
     r = client.get("/v1/search")
-    assert r.status_code == 405 and "GET" in _detail(r)
+    assert r.status_code == 405 and "GET" in detail_of(r)
     assert json.loads(client.get("/v1/items/").text)["detail"]
 
 
@@ -603,10 +599,10 @@ def test_not_ready_until_loaded(tmp_path, caplog):
             assert time.monotonic() < deadline
             time.sleep(0.05)
         r = c.get("/readyz")
-        assert r.status_code == 503 and "log" in _detail(r)
+        assert r.status_code == 503 and "log" in detail_of(r)
         answers = [r]
         r = c.post("/v1/search", json={"label": "sneaker"})
-        assert r.status_code == 503 and "could not load" in _detail(r)
+        assert r.status_code == 503 and "could not load" in detail_of(r)
         answers += [r, c.post("/v1/search/image", files={"file": ("q.png", b"x", "image/png")})]
         answers += [c.get("/v1/stats"), c.get("/v1/items/x")]
         for r in answers:

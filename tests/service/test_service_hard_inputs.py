@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.support.rest import detail_of
 from tests.support.server import Server, artifacts, needs_data, write_index
 
 pytestmark = needs_data
@@ -77,9 +78,7 @@ def _png(w: int, h: int, mode: str = "RGBA") -> bytes:
 
 def _detail(r) -> str:
     assert 400 <= r.status_code < 500, (r.status_code, r.text[:500])
-    body = r.json()
-    assert isinstance(body.get("detail"), str) and body["detail"], body
-    return body["detail"]
+    return detail_of(r)
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ import base64
 import numpy as np
 import pytest
 
+from tests.support.rest import detail_of, random_vector
 from tests.support.server import (
     app_client,
     fmnist_test_split,
@@ -32,22 +33,11 @@ def client(rt):
         yield c
 
 
-def _vec(rng, dim, r=0.5):
-    d = rng.standard_normal(dim)
-    return (d / np.linalg.norm(d) * r).tolist()
-
-
-def _detail(r) -> str:
-    body = r.json()
-    assert isinstance(body.get("detail"), str) and body["detail"], body
-    return body["detail"]
-
-
 def _items(rt, n, prefix, rng, **payload):
     return [
         {
             "id": f"{prefix}{j}",
-            "vector": _vec(rng, rt.dim, rng.uniform(0.2, 0.8)),
+            "vector": random_vector(rng, rt.dim, rng.uniform(0.2, 0.8)),
             "label": "sneaker" if j % 2 else "sandal",
             "payload": {"n": j, "color": ["red", "blue"][j % 2], **payload},
         }
@@ -99,7 +89,7 @@ def test_batch_upsert_get_count_scroll_delete(client, rt):
             break
     assert seen == sorted(it["id"] for it in items)
     r = client.post("/v1/scroll", json={"cursor": "!!not-a-cursor"})
-    assert r.status_code == 400 and _detail(r).startswith("cursor:")
+    assert r.status_code == 400 and detail_of(r).startswith("cursor:")
     # delete by ids, then by filter
     r = client.post("/v1/items/delete", json={"ids": ["pb-0", "pb-1", "absent"]})
     assert r.json() == {"deleted": 2}
@@ -127,12 +117,12 @@ def test_batch_with_one_bad_item_stores_nothing(client, rt):
             items[j].pop("vector")
         r = client.post("/v1/items/batch", json={"items": items})
         assert r.status_code == status, (change, r.text)
-        assert words in _detail(r), (words, r.text)
+        assert words in detail_of(r), (words, r.text)
         assert len(rt) == before
         assert client.post("/v1/items/get", json={"ids": ["bad-5"]}).json() == {"items": []}
     # both a vector and an image, or neither
     r = client.post("/v1/items/batch", json={"items": [{"id": "x"}]})
-    assert r.status_code == 422 and "items[0]" in _detail(r)
+    assert r.status_code == 422 and "items[0]" in detail_of(r)
 
 
 def test_batch_of_pictures_is_embedded(client, rt):
@@ -182,11 +172,11 @@ def test_search_filter_with_vector_payload_max_distance(client, rt):
     assert all("payload" not in h and "vector" not in h for h in plain)
     # a bad filter: 422 naming the part; an unknown label under: suggestions
     r = client.post("/v1/search", json={"label": "sneaker", "filter": {"must": [{"key": "x"}]}})
-    assert r.status_code == 422 and _detail(r).startswith("filter.must[0].key")
+    assert r.status_code == 422 and detail_of(r).startswith("filter.must[0].key")
     r = client.post(
         "/v1/search", json={"label": "sneaker", "filter": {"must": [{"under": "snekaer"}]}}
     )
-    assert r.status_code == 422 and "filter.must[0].under" in _detail(r)
+    assert r.status_code == 422 and "filter.must[0].under" in detail_of(r)
     assert r.json()["suggestions"]
     client.post(
         "/v1/items/delete", json={"filter": {"must": [{"key": "payload.group", "match": "sf"}]}}
@@ -207,11 +197,11 @@ def test_search_batch(client, rt):
         assert a == client.post("/v1/search", json=s).json()
     bad = [searches[0], {"label": "snekaer"}]
     r = client.post("/v1/search/batch", json={"searches": bad})
-    assert r.status_code == 422 and _detail(r).startswith("searches[1].label"), r.text
+    assert r.status_code == 422 and detail_of(r).startswith("searches[1].label"), r.text
     r = client.post("/v1/search/batch", json={"searches": [searches[0], {"k": 0, "label": "bag"}]})
-    assert r.status_code == 422 and "searches[1].k" in _detail(r)
+    assert r.status_code == 422 and "searches[1].k" in detail_of(r)
     r = client.post("/v1/search/batch", json={"searches": [searches[0]] * 5})
-    assert r.status_code == 413 and "HYPSEARCH_MAX_BATCH_SEARCHES" in _detail(r)
+    assert r.status_code == 413 and "HYPSEARCH_MAX_BATCH_SEARCHES" in detail_of(r)
 
 
 def test_limits_and_write_access(rt):
@@ -221,14 +211,14 @@ def test_limits_and_write_access(rt):
         r = c.post(
             "/v1/items/batch", json={"items": items}, headers={"Authorization": f"Bearer {KEY}"}
         )
-        assert r.status_code == 413 and "HYPSEARCH_MAX_BATCH_ITEMS" in _detail(r)
+        assert r.status_code == 413 and "HYPSEARCH_MAX_BATCH_ITEMS" in detail_of(r)
         r = c.post("/v1/items/batch", json={"items": items[:5]})
         assert r.status_code == 401
         r = c.post("/v1/items/delete", json={"ids": ["lim-0"]})
         assert r.status_code == 401
         big = {"items": [{"id": "x", "vector": [0.0] * rt.dim, "payload": {"s": "x" * 300_000}}]}
         r = c.post("/v1/items/batch", json=big, headers={"Authorization": f"Bearer {KEY}"})
-        assert r.status_code == 413 and "HYPSEARCH_MAX_BATCH_BYTES" in _detail(r)
+        assert r.status_code == 413 and "HYPSEARCH_MAX_BATCH_BYTES" in detail_of(r)
         r = c.post("/v1/items/get", json={"ids": [f"x{j}" for j in range(6)]})
         assert r.status_code == 413
         assert c.post("/v1/count", json={}).status_code == 200  # reads need no key

@@ -29,6 +29,7 @@ import torch
 
 from indexing.sharded import ShardedIndex
 from tests.support.ray_cluster import start_local_ray
+from tests.support.rest import detail_of, random_vector
 from tests.support.server import Server, artifacts, fill_index, needs_data, write_index
 
 pytestmark = [needs_data]
@@ -99,22 +100,11 @@ def server(request, tmp_path_factory, cluster):
         assert rc == 0, srv.tail()
 
 
-def _vec(rng, dim, r=0.5):
-    d = rng.standard_normal(dim)
-    return (d / np.linalg.norm(d) * r).tolist()
-
-
-def _detail(r) -> str:
-    body = r.json()
-    assert isinstance(body.get("detail"), str) and body["detail"], body
-    return body["detail"]
-
-
 def _items(dim, n, prefix, rng, **payload):
     return [
         {
             "id": f"{prefix}{j:03d}",
-            "vector": _vec(rng, dim, rng.uniform(0.2, 0.8)),
+            "vector": random_vector(rng, dim, rng.uniform(0.2, 0.8)),
             "label": "sneaker" if j % 2 else "sandal",
             "payload": {"n": j, "color": ["red", "blue"][j % 2], **payload},
         }
@@ -150,7 +140,7 @@ def test_every_write_needs_the_key(server):
         for method, path, kw in writes:
             r = getattr(c, method)(path, headers=headers, **kw)
             assert r.status_code == 401, (server.kind, method, path, headers, r.text)
-            assert _detail(r).startswith("authorization:")
+            assert detail_of(r).startswith("authorization:")
     assert server.items() == before
     got = c.post("/v1/items/get", json={"ids": ["nokey-000", "nokey-x", "fashion-mnist-test-0"]})
     assert [it["id"] for it in got.json()["items"]] == ["fashion-mnist-test-0"]
@@ -204,7 +194,7 @@ def test_batch_upsert_get_count_scroll_delete(server):
     page = r.json()["items"]
     assert [p["payload"]["n"] for p in page] == [0, 1, 2]
     r = c.post("/v1/scroll", json={"cursor": "!!not-a-cursor"})
-    assert 400 <= r.status_code < 500 and _detail(r).startswith("cursor")
+    assert 400 <= r.status_code < 500 and detail_of(r).startswith("cursor")
     # delete by ids, then by filter
     r = c.post("/v1/items/delete", json={"ids": ["pb-000", "pb-001", "absent"]}, headers=AUTH)
     assert r.status_code == 200 and r.json() == {"deleted": 2}, r.text
@@ -219,17 +209,17 @@ def test_a_bad_batch_stores_nothing_and_the_limits_hold(server):
     items = _items(server.dim, 6, "bad-", rng)
     items[3]["vector"] = [0.9] * server.dim
     r = c.post("/v1/items/batch", json={"items": items}, headers=AUTH)
-    assert r.status_code == 422 and "items[3].vector: norm" in _detail(r), r.text
+    assert r.status_code == 422 and "items[3].vector: norm" in detail_of(r), r.text
     items = _items(server.dim, 6, "bad-", rng)
     items[4]["label"] = "snekaer"
     r = c.post("/v1/items/batch", json={"items": items}, headers=AUTH)
-    assert r.status_code == 422 and "items[4].label" in _detail(r), r.text
+    assert r.status_code == 422 and "items[4].label" in detail_of(r), r.text
     assert server.items() == before
     assert c.post("/v1/items/get", json={"ids": ["bad-000"]}).json() == {"items": []}
     # HYPSEARCH_MAX_BATCH_ITEMS of the server's environment holds on every replica
     many = _items(server.dim, MAX_BATCH + 1, "lim-", rng)
     r = c.post("/v1/items/batch", json={"items": many}, headers=AUTH)
-    assert r.status_code == 413 and "HYPSEARCH_MAX_BATCH_ITEMS" in _detail(r), r.text
+    assert r.status_code == 413 and "HYPSEARCH_MAX_BATCH_ITEMS" in detail_of(r), r.text
     r = c.post("/v1/items/get", json={"ids": [f"x{j}" for j in range(MAX_BATCH + 1)]})
     assert r.status_code == 413
     assert server.items() == before
@@ -241,9 +231,9 @@ def test_a_bad_batch_stores_nothing_and_the_limits_hold(server):
     ):
         for path in ("/v1/count", "/v1/scroll"):
             r = c.post(path, json=body)
-            assert r.status_code == 422 and where in _detail(r), (path, r.text)
+            assert r.status_code == 422 and where in detail_of(r), (path, r.text)
         r = c.post("/v1/items/delete", json=body, headers=AUTH)
-        assert r.status_code == 422 and where in _detail(r), r.text
+        assert r.status_code == 422 and where in detail_of(r), r.text
     assert server.items() == before
 
 
@@ -375,7 +365,7 @@ def test_search_batch(server):
     for s, a in zip(searches, answers, strict=True):
         assert a == c.post("/v1/search", json=s).json()
     r = c.post("/v1/search/batch", json={"searches": [searches[0], {"label": "snekaer"}]})
-    assert r.status_code == 422 and _detail(r).startswith("searches[1].label"), r.text
+    assert r.status_code == 422 and detail_of(r).startswith("searches[1].label"), r.text
 
 
 def test_a_shard_killed_during_queries_comes_back_with_every_item(server):
