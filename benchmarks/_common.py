@@ -143,18 +143,19 @@ def write_results(name: str, body: str, *, command: str, title: str | None = Non
     return path
 
 
-def wait_ready(proc, url: str, log: Path, limit: float = 120.0) -> None:
+def wait_ready(proc, url: str, log: Path | None, limit: float = 120.0) -> None:
     """Wait until the server process ``proc`` answers ``GET url/readyz`` with 200; if it
     exits, or is not ready after ``limit`` seconds (then it is terminated), stop the
-    benchmark with a line that points at its ``log``."""
+    benchmark with a line that points at its ``log`` (when it has one)."""
     import time
 
     import httpx
 
+    see = f"; see {log}" if log is not None else ""
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise SystemExit(f"server exited with {proc.returncode}; see {log}")
+            raise SystemExit(f"server exited with {proc.returncode}{see}")
         try:
             if httpx.get(url + "/readyz", timeout=2).status_code == 200:
                 return
@@ -162,4 +163,4 @@ def wait_ready(proc, url: str, log: Path, limit: float = 120.0) -> None:
             pass
         time.sleep(0.3)
     proc.terminate()
-    raise SystemExit(f"server not ready after {limit:g} s; see {log}")
+    raise SystemExit(f"server not ready after {limit:g} s{see}")

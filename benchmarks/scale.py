@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import ROOT, add_results_flag, command_line, cpu_model, report
+from _common import ROOT, add_results_flag, command_line, cpu_model, report, wait_ready
 
 sys.path.insert(0, str(ROOT))
 
@@ -185,22 +185,6 @@ def load(url: str, ids: list[str], clients: int, seconds: float) -> dict:
     }
 
 
-def _wait_ready(url: str, proc, limit: float = 300) -> None:
-    import httpx
-
-    t = time.time()
-    while time.time() - t < limit:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the service exited ({proc.returncode})")
-        try:
-            if httpx.get(url + "/readyz", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(1)
-    raise RuntimeError("the service did not get ready")
-
-
 def services(model_path, local_index, sharded_index, clients, seconds, replicas) -> list[dict]:
     """The same load against ``hypsearch serve`` and ``serve --ray auto --shards 2``."""
     from indexing import HyperbolicIndex
@@ -225,7 +209,7 @@ def services(model_path, local_index, sharded_index, clients, seconds, replicas)
             [*base, *extra, "--port", str(port)], env=env, stdout=subprocess.DEVNULL
         )
         try:
-            _wait_ready(url, proc)
+            wait_ready(proc, url, None, limit=300)
             load(url, ids, 4, 2.0)  # warm-up
             rows.append({"service": name, **load(url, ids, clients, seconds)})
         finally:
