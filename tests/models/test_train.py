@@ -205,10 +205,11 @@ def test_user_folder_with_resnet_and_unlabelled_manifest(labels, tmp_path):
         encoder="resnet18",
         widths=[8],  # 4 channels: a oneDNN crash in channels-last backward on some CPUs
         input_size=32,
-        epochs=4,
+        # 4 epochs at 3e-3 left the vectors no better than an untrained network's
+        epochs=12,
         batch_size=16,
         warmup_iters=2,
-        lr=3e-3,
+        lr=1e-2,
         val_fraction=0.0,
         time_budget=None,
     )
@@ -225,8 +226,19 @@ def test_user_folder_with_resnet_and_unlabelled_manifest(labels, tmp_path):
 
     data = load_folder(tmp_path / "imgs", model.class_map)
     m = evaluate_model(model, data, ood=False, delta=False)
-    assert m["images"] == 48 and 0.5 <= m["recall@10"] <= 1.0
-    assert set(m["hop_map@50"]) == {"0", "2", "4"} and 0.0 <= m["hier_hit@1"] <= 1.0
+    assert m["images"] == 48 and set(m["hop_map@50"]) == {"0", "2", "4"}
+    # recall@1 against a brute force on the model's own vectors (each image's nearest other)
+    zz = model.embed(data.images)
+    d = model.space.pairwise(zz, zz)
+    d.fill_diagonal_(float("inf"))
+    t = torch.as_tensor(np.asarray(data.targets))
+    assert m["recall@1"] == pytest.approx(float((t[d.argmin(1)] == t).double().mean()))
+    # the two shapes are told apart and placed at their labels: an untrained network of
+    # the same kind gives mAP@R 0.28-0.32, recall@1 0.48-0.75 and a nearest-label
+    # accuracy of 0.5 here (seeds 0-2; recall@10 is 1.0 for any model on two balanced
+    # classes); this run gave 1.0 for all three
+    assert m["map@r"] > 0.75 and m["recall@1"] >= 0.9, m
+    assert m["nearest_label_acc"] >= 0.8 and m["hier_hit@1"] >= 0.8, m
 
     # NT-Xent on an unlabelled manifest (no class map, no prototypes)
     rows = ["id,path"] + [f"u{i},imgs/boots/{i:03d}.png" for i in range(12)]
