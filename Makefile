@@ -1,4 +1,5 @@
-# hypsearch: `make run` serves the demo, `make test` runs ruff and the whole suite.
+# hypsearch: `make run` serves the demo, `make test` runs ruff and the whole suite,
+# `make test-fast` ruff and everything but the tests marked slow (end to end, training).
 # Both do all set-up first: Debian data packages, a .venv, the project.
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -10,7 +11,7 @@ export HYPSEARCH_HOME
 FMNIST_DIR := /usr/share/datasets/fashion-mnist
 WORDNET_DIR := /usr/share/wordnet
 
-.PHONY: run test lint setup data browser venv bench clean
+.PHONY: run test test-fast pytest lint setup data browser venv bench clean
 
 run: setup
 	$(BIN)/hypsearch demo
@@ -19,12 +20,19 @@ run: setup
 # (Ray binds the machine's interface otherwise; its tests skip outside one, and fail
 # there under CI=true, where a cluster is expected: tests/support/ray_cluster.py).
 test: lint browser
+	@$(MAKE) --no-print-directory pytest PYTEST_ARGS=""
+
+# everything but the tests marked slow (tests/conftest.py): a few minutes
+test-fast: lint
+	@$(MAKE) --no-print-directory pytest PYTEST_ARGS='-m "not slow"'
+
+pytest:
 	@if [ "$$(id -u)" = 0 ] && command -v ip >/dev/null && ip netns add hypsearch-test-$$$$ 2>/dev/null; then \
 	  ns=hypsearch-test-$$$$; ip netns exec $$ns ip link set lo up; \
-	  ip netns exec $$ns env RAY_USAGE_STATS_ENABLED=0 $(BIN)/python -m pytest -q; rc=$$?; \
+	  ip netns exec $$ns env RAY_USAGE_STATS_ENABLED=0 $(BIN)/python -m pytest -q $(PYTEST_ARGS); rc=$$?; \
 	  ip netns del $$ns; exit $$rc; \
 	else \
-	  RAY_USAGE_STATS_ENABLED=0 $(BIN)/python -m pytest -q; \
+	  RAY_USAGE_STATS_ENABLED=0 $(BIN)/python -m pytest -q $(PYTEST_ARGS); \
 	fi
 
 # ruff with the rules of pyproject.toml (installed by the test extra)
