@@ -229,10 +229,10 @@ def test_local_shards_answer_what_one_index_answers(tmp_path, shards):
     again.close()
 
 
-@pytest.mark.parametrize("shards", [1, 3])
-def test_local_shards_read_filter_scroll_and_delete_as_one_index(tmp_path, shards):
+def check_reads_as_one_index(path, shards: int, ray: bool) -> None:
+    """The same 200 rich records in one index and in ``shards`` shards read the same."""
     single = HyperbolicIndex(dim=DIM, backend="exact")
-    sharded = ShardedIndex(tmp_path / "ix", shards=shards, dim=DIM, backend="exact")
+    sharded = ShardedIndex(path, shards=shards, dim=DIM, backend="exact", ray=ray)
     try:
         fill_rich(single, 200)
         fill_rich(sharded, 200)
@@ -240,6 +240,11 @@ def test_local_shards_read_filter_scroll_and_delete_as_one_index(tmp_path, shard
     finally:
         sharded.close()
         single.close()
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+def test_local_shards_read_filter_scroll_and_delete_as_one_index(tmp_path, shards):
+    check_reads_as_one_index(tmp_path / "ix", shards, ray=False)
 
 
 def test_bad_input_writes_nothing_on_any_shard(tmp_path):
@@ -286,15 +291,7 @@ def test_ray_shards_answer_what_one_index_answers(tmp_path, ray_cluster):
 
 @ray_mark
 def test_ray_shards_read_filter_scroll_and_delete_as_one_index(tmp_path, ray_cluster):
-    single = HyperbolicIndex(dim=DIM, backend="exact")
-    sharded = ShardedIndex(tmp_path / "ix", shards=2, dim=DIM, backend="exact", ray=True)
-    try:
-        fill_rich(single, 200)
-        fill_rich(sharded, 200)
-        assert_same_records(single, sharded)
-    finally:
-        sharded.close()
-        single.close()
+    check_reads_as_one_index(tmp_path / "ix", 2, ray=True)
 
 
 @ray_mark

@@ -10,7 +10,7 @@ from models.evaluate import auroc
 from models.geometry import cones, poincare
 from models.novelty import FeatureNovelty
 from models.placement import ConePlacement
-from tests.support.cones import CAP, around, cap_labels, hand_tree, tiny_train
+from tests.support.cones import CAP, around, assert_placed_at, cap_labels, hand_tree, tiny_train
 
 
 def _clusters(seed: int, n: int = 200, dim: int = 16, k: int = 3):
@@ -111,11 +111,7 @@ def test_novel_points_go_to_the_unseen_class_nearest_their_posterior():
     assert [pl.names[r] for r in pl.choose(z).tolist()] == ["kitten"] * 3 + ["hammer"] * 3
     x, names = pl.place(z, feats)
     assert names == got
-    P = labels.embeddings.numpy()
-    for xi, name in zip(x.numpy(), names, strict=True):
-        assert float(cones.membership_margin_np(P[tax.index(name)], xi, CAP, c=1.0)) >= 0
-        for kid in tax.children(name):
-            assert float(cones.membership_margin_np(P[tax.index(kid)], xi, CAP, c=1.0)) < 0
+    assert_placed_at(labels, x.numpy(), names)
     # the nearest unseen class by expected label-point distance, computed independently
     d = poincare.pairwise_dist(
         labels.embeddings[[tax.index(u) for u in unseen]],
@@ -181,11 +177,7 @@ def test_novel_points_land_under_the_parent_of_the_nodes_without_images():
     assert [g for g, f in zip(got, flags, strict=True) if f] == want
     x, names = pl.place(z, feats)
     assert names == got
-    P = labels.embeddings.numpy()
-    for xi, name in zip(x.numpy(), names, strict=True):
-        assert float(cones.membership_margin_np(P[tax.index(name)], xi, CAP, c=1.0)) >= 0
-        for kid in tax.children(name):
-            assert float(cones.membership_margin_np(P[tax.index(kid)], xi, CAP, c=1.0)) < 0
+    assert_placed_at(labels, x.numpy(), names)
     # a posterior split between the branches: the parent with more candidate children
     # wins for equal mass (uniform prior over the nodes without images)
     post = torch.tensor([[0.5, 0.0, 0.5], [0.9, 0.1, 0.0]], dtype=torch.float64)

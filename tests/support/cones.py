@@ -91,3 +91,13 @@ def around(labels, name: str, n: int, scale: float, seed: int = 0) -> torch.Tens
     P = labels.embeddings[labels.taxonomy.index(name)]
     v = torch.from_numpy(np.random.default_rng(seed).standard_normal((n, P.shape[0])) * scale)
     return poincare.mobius_add(P.expand_as(v), poincare.expmap0(v, c=1.0), c=1.0)
+
+
+def assert_placed_at(labels, x, names) -> None:
+    """Each point of ``x`` lies in the cap cone of its label of ``names`` and in none of
+    that label's children's cones."""
+    tax, P = labels.taxonomy, labels.embeddings.numpy()
+    for xi, name in zip(np.asarray(x), names, strict=True):
+        assert float(cones.membership_margin_np(P[tax.index(name)], xi, CAP, c=1.0)) >= 0
+        for kid in tax.children(name):
+            assert float(cones.membership_margin_np(P[tax.index(kid)], xi, CAP, c=1.0)) < 0
