@@ -7,6 +7,23 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
+__all__ = [
+    "ErrorOut",
+    "FILTER_DOC",
+    "FilterField",
+    "Finite",
+    "GroupBy",
+    "HealthOut",
+    "INVALID",
+    "Levels",
+    "MAX_DIM",
+    "MODE_DOC",
+    "Mode",
+    "StatsOut",
+    "WITH_PAYLOAD_DOC",
+    "WITH_VECTOR_DOC",
+]
+
 Finite = Annotated[float, Field(allow_inf_nan=False)]
 Mode = Literal["auto", "entailment", "nearest", "hierarchical"]
 MODE_DOC = (

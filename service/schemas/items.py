@@ -12,6 +12,17 @@ from .common import (
     Finite,
 )
 
+__all__ = [
+    "DeletedOut",
+    "ItemIn",
+    "ItemLabel",
+    "ItemOut",
+    "ItemPayload",
+    "JobIn",
+    "JobOut",
+    "SkippedOut",
+]
+
 # ---------------------------------------------------------------- items
 
 

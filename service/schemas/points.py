@@ -24,6 +24,24 @@ from .search import (
     SearchOut,
 )
 
+__all__ = [
+    "BatchItemIn",
+    "CountIn",
+    "CountOut",
+    "DeletedCountOut",
+    "FacetOut",
+    "ItemsBatchIn",
+    "ItemsDeleteIn",
+    "ItemsGetIn",
+    "PointOut",
+    "PointsOut",
+    "ScrollIn",
+    "ScrollOut",
+    "SearchBatchIn",
+    "SearchBatchOut",
+    "UpsertedOut",
+]
+
 # ---------------------------------------------------------------- batches, scroll, count
 
 

@@ -20,6 +20,21 @@ from .common import (
     Mode,
 )
 
+__all__ = [
+    "DiskOut",
+    "DiskPoint",
+    "EmbedOut",
+    "GroupOut",
+    "HitOut",
+    "ImageSearchParams",
+    "LabelDistance",
+    "LabelOut",
+    "QueryOut",
+    "SCORE_DOC",
+    "SearchIn",
+    "SearchOut",
+]
+
 # ---------------------------------------------------------------- search
 
 
