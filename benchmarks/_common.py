@@ -93,19 +93,13 @@ def git_commit() -> str:
     """The checkout's commit (short), with ``+dirty`` when the tree has changes."""
     import subprocess
 
+    def git(*args: str) -> str:
+        cmd = ["git", "-C", str(ROOT), *args]
+        return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip()
+
     try:
-        sha = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
+        sha = git("rev-parse", "--short", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return sha + ("+dirty" if dirty else "")
