@@ -9,7 +9,7 @@ import base64
 import numpy as np
 import pytest
 
-from tests.support.rest import detail_of, random_vector
+from tests.support.rest import check_search_batch, detail_of, random_vector
 from tests.support.server import (
     app_client,
     fmnist_test_split,
@@ -184,20 +184,7 @@ def test_search_filter_with_vector_payload_max_distance(client, rt):
 
 
 def test_search_batch(client, rt):
-    searches = [
-        {"label": "sneaker", "k": 3},
-        {"id": "fashion-mnist-test-0", "k": 2, "with_payload": True},
-        {"vector": [0.05] * rt.dim, "k": 4, "mode": "hierarchical"},
-    ]
-    r = client.post("/v1/search/batch", json={"searches": searches})
-    assert r.status_code == 200, r.text
-    answers = r.json()["answers"]
-    assert [len(a["results"]) for a in answers] == [3, 2, 4]
-    for s, a in zip(searches, answers, strict=True):
-        assert a == client.post("/v1/search", json=s).json()
-    bad = [searches[0], {"label": "snekaer"}]
-    r = client.post("/v1/search/batch", json={"searches": bad})
-    assert r.status_code == 422 and detail_of(r).startswith("searches[1].label"), r.text
+    searches = check_search_batch(client, rt.dim)
     r = client.post("/v1/search/batch", json={"searches": [searches[0], {"k": 0, "label": "bag"}]})
     assert r.status_code == 422 and "searches[1].k" in detail_of(r)
     r = client.post("/v1/search/batch", json={"searches": [searches[0]] * 5})

@@ -29,7 +29,7 @@ import torch
 
 from indexing.sharded import ShardedIndex
 from tests.support.ray_cluster import start_local_ray
-from tests.support.rest import detail_of, random_vector
+from tests.support.rest import check_search_batch, detail_of, random_vector
 from tests.support.server import Server, artifacts, fill_index, needs_data, write_index
 
 pytestmark = [needs_data]
@@ -351,21 +351,7 @@ def test_collections_aliases_and_snapshots(server):
 
 
 def test_search_batch(server):
-    c = server.client
-    searches = [
-        {"label": "sneaker", "k": 3},
-        {"id": "fashion-mnist-test-0", "k": 2, "with_payload": True},
-        {"vector": [0.05] * server.dim, "k": 4, "mode": "hierarchical"},
-    ]
-    r = c.post("/v1/search/batch", json={"searches": searches})
-    assert r.status_code == 200, r.text
-    answers = r.json()["answers"]
-    assert [len(a["results"]) for a in answers] == [3, 2, 4]
-    assert all("payload" in h for h in answers[1]["results"])
-    for s, a in zip(searches, answers, strict=True):
-        assert a == c.post("/v1/search", json=s).json()
-    r = c.post("/v1/search/batch", json={"searches": [searches[0], {"label": "snekaer"}]})
-    assert r.status_code == 422 and detail_of(r).startswith("searches[1].label"), r.text
+    check_search_batch(server.client, server.dim)
 
 
 def test_a_shard_killed_during_queries_comes_back_with_every_item(server):
