@@ -9,7 +9,12 @@ import base64
 import numpy as np
 import pytest
 
-from tests.support.rest import check_search_batch, detail_of, random_vector
+from tests.support.rest import (
+    check_filtered_search,
+    check_search_batch,
+    detail_of,
+    random_vector,
+)
 from tests.support.server import (
     app_client,
     fmnist_test_split,
@@ -152,22 +157,7 @@ def test_search_filter_with_vector_payload_max_distance(client, rt):
     f = {
         "must": [{"key": "payload.group", "match": "sf"}, {"key": "payload.color", "match": "red"}]
     }
-    for mode in ("nearest", "hierarchical"):
-        body = {"label": "sneaker", "k": 5, "mode": mode, "filter": f, "with_payload": True}
-        r = client.post("/v1/search", json=body)
-        assert r.status_code == 200, r.text
-        res = r.json()["results"]
-        assert len(res) == 5, mode
-        assert all(h["payload"]["color"] == "red" and "vector" not in h for h in res)
-    body = {"label": "sneaker", "k": 5, "mode": "nearest", "filter": f, "with_vector": True}
-    res = client.post("/v1/search", json=body).json()["results"]
-    by_id = {it["id"]: it for it in items}
-    for h in res:
-        np.testing.assert_allclose(h["vector"], by_id[h["id"]]["vector"])
-        assert "payload" not in h
-    cut = (res[1]["distance"] + res[2]["distance"]) / 2
-    res2 = client.post("/v1/search", json={**body, "max_distance": cut}).json()["results"]
-    assert [h["id"] for h in res2] == [h["id"] for h in res[:2]]
+    check_filtered_search(client, items, f)
     plain = client.post("/v1/search", json={"label": "sneaker", "k": 3}).json()["results"]
     assert all("payload" not in h and "vector" not in h for h in plain)
     # a bad filter: 422 naming the part; an unknown label under: suggestions

@@ -29,7 +29,12 @@ import torch
 
 from indexing.sharded import ShardedIndex
 from tests.support.ray_cluster import start_local_ray
-from tests.support.rest import check_search_batch, detail_of, random_vector
+from tests.support.rest import (
+    check_filtered_search,
+    check_search_batch,
+    detail_of,
+    random_vector,
+)
 from tests.support.server import Server, artifacts, fill_index, needs_data, write_index
 
 pytestmark = [needs_data]
@@ -244,26 +249,8 @@ def test_search_filter_with_vector_payload_max_distance(server):
     f = {
         "must": [{"key": "payload.group", "match": "sf"}, {"key": "payload.color", "match": "red"}]
     }
+    by_id = check_filtered_search(c, items, f)
     reds = {it["id"] for it in items if it["payload"]["color"] == "red"}
-    for mode in ("nearest", "hierarchical"):
-        body = {"label": "sneaker", "k": 5, "mode": mode, "filter": f, "with_payload": True}
-        r = c.post("/v1/search", json=body)
-        assert r.status_code == 200, r.text
-        res = r.json()["results"]
-        assert len(res) == 5, mode
-        assert all(h["id"] in reds and h["payload"]["color"] == "red" for h in res)
-        assert all("vector" not in h for h in res)
-    body = {"label": "sneaker", "k": 5, "mode": "nearest", "filter": f, "with_vector": True}
-    res = c.post("/v1/search", json=body).json()["results"]
-    by_id = {it["id"]: it for it in items}
-    for h in res:
-        np.testing.assert_allclose(h["vector"], by_id[h["id"]]["vector"])
-        assert "payload" not in h
-    dists = [h["distance"] for h in res]
-    assert dists == sorted(dists)
-    cut = (res[1]["distance"] + res[2]["distance"]) / 2
-    res2 = c.post("/v1/search", json={**body, "max_distance": cut}).json()["results"]
-    assert [h["id"] for h in res2] == [h["id"] for h in res[:2]]
     # a vector query with a filter: the exact nearest reds
     q = items[0]["vector"]
     r = c.post("/v1/search", json={"vector": q, "k": 3, "mode": "nearest", "filter": f})

@@ -38,3 +38,31 @@ def check_search_batch(client, dim: int) -> list[dict]:
     r = client.post("/v1/search/batch", json={"searches": [searches[0], {"label": "snekaer"}]})
     assert r.status_code == 422 and detail_of(r).startswith("searches[1].label"), r.text
     return searches
+
+
+def check_filtered_search(client, items: list[dict], f: dict) -> dict:
+    """Label searches under the filter ``f`` (group and colour red) over ``items``: in
+    nearest and hierarchical mode only red items with their payloads and no vectors;
+    with vectors (the stored ones) and no payloads, by distance; ``max_distance``
+    cuts between the second and third hit. The items by id."""
+    reds = {it["id"] for it in items if it["payload"]["color"] == "red"}
+    for mode in ("nearest", "hierarchical"):
+        body = {"label": "sneaker", "k": 5, "mode": mode, "filter": f, "with_payload": True}
+        r = client.post("/v1/search", json=body)
+        assert r.status_code == 200, r.text
+        res = r.json()["results"]
+        assert len(res) == 5, mode
+        assert all(h["id"] in reds and h["payload"]["color"] == "red" for h in res)
+        assert all("vector" not in h for h in res)
+    body = {"label": "sneaker", "k": 5, "mode": "nearest", "filter": f, "with_vector": True}
+    res = client.post("/v1/search", json=body).json()["results"]
+    by_id = {it["id"]: it for it in items}
+    for h in res:
+        np.testing.assert_allclose(h["vector"], by_id[h["id"]]["vector"])
+        assert "payload" not in h
+    dists = [h["distance"] for h in res]
+    assert dists == sorted(dists)
+    cut = (res[1]["distance"] + res[2]["distance"]) / 2
+    res2 = client.post("/v1/search", json={**body, "max_distance": cut}).json()["results"]
+    assert [h["id"] for h in res2] == [h["id"] for h in res[:2]]
+    return by_id
