@@ -8,7 +8,7 @@ import torch
 
 from indexing import HierarchicalHit, HyperbolicIndex, IndexInputError, LabelCones
 from models.geometry import cones as mcones
-from tests.support.cloud import exact_dist
+from tests.support.cloud import chain_up, exact_dist
 
 PARENT = {
     "entity": None,
@@ -53,10 +53,7 @@ def descendants(label: str) -> set[str]:
 
 
 def chain_of(label: str) -> list[str]:
-    out = [label]
-    while PARENT[out[-1]] is not None:
-        out.append(PARENT[out[-1]])
-    return out
+    return chain_up(PARENT, label)
 
 
 def _cone_parent(label: str) -> str | None:

@@ -19,6 +19,7 @@ import pytest
 
 from indexing import HyperbolicIndex, IndexInputError, IndexStoreError
 from indexing.sharded import ShardedIndex, ShardUnavailableError, shard_of
+from tests.support.cloud import chain_up
 from tests.support.ray_cluster import ray_cluster_fixture
 
 DIM = 6
@@ -40,10 +41,7 @@ def descendants(label: str) -> set[str]:
 
 
 def chain_of(label: str) -> list[str]:
-    out = [label]
-    while PARENT[out[-1]] is not None:
-        out.append(PARENT[out[-1]])
-    return out
+    return chain_up(PARENT, label)
 
 
 def items(n: int, seed: int = 0):

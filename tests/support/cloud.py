@@ -10,7 +10,15 @@ from indexing.geometry import torch_threads
 from indexing.synthetic import hierarchical_cloud
 from models.geometry import poincare
 
-__all__ = ["cloud", "make_ids", "brute_force", "recall_at", "exact_dist", "against_exact"]
+__all__ = [
+    "cloud",
+    "make_ids",
+    "brute_force",
+    "recall_at",
+    "exact_dist",
+    "against_exact",
+    "chain_up",
+]
 
 
 def cloud(n: int, n_queries: int = 0, *, dim: int = 16, seed: int = 0, curvature: float = 1.0):
@@ -64,3 +72,12 @@ def against_exact(backend: str, n: int, n_queries: int, *, seed: int, k: int = 1
     index = HyperbolicIndex(16, backend=backend)  # default parameters
     index.add(x, ids)
     return x, q, truth, tdist, index
+
+
+def chain_up(parent: dict, label: str) -> list[str]:
+    """``[label, its parent, ..., the root]`` in a tree given as child -> parent
+    (the root's parent ``None``): the chain a hierarchical search walks."""
+    out = [label]
+    while parent[out[-1]] is not None:
+        out.append(parent[out[-1]])
+    return out
