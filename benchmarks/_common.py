@@ -42,7 +42,7 @@ def add_results_flag(parser, default: str) -> None:
 
 def command_line(script: str, argv: list[str] | None = None) -> str:
     """The command that reproduces a run: ``python benchmarks/<script> <argv>``,
-    without ``--write-results`` (and its NAME)."""
+    without ``--write-results`` (and its NAME), paths inside the checkout relative."""
     import shlex
 
     args = list(sys.argv[1:] if argv is None else argv)
@@ -58,8 +58,19 @@ def command_line(script: str, argv: list[str] | None = None) -> str:
             continue
         if a.startswith("--write-results="):
             continue
-        out.append(a)
+        out.append(_inside_root(a))
     return " ".join(["python", f"benchmarks/{script}", *map(shlex.quote, out)])
+
+
+def _inside_root(arg: str) -> str:
+    """An absolute path inside the checkout, relative to it (results name no
+    machine-local folder); anything else as it is."""
+    if not arg.startswith("/"):
+        return arg
+    try:
+        return Path(arg).resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        return arg
 
 
 def report(text: str, name: str | None, *, command: str, title: str | None = None) -> Path | None:
