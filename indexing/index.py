@@ -38,6 +38,7 @@ from .filters import Filter, PayloadColumns, parse_filter
 from .geometry import IndexSpace, PoincareIndexSpace, make_index_space
 from .hierarchical import chain_levels, search_levels
 from .holding import check_cones, load_cones, save_cones
+from .kept import CANDIDATE_CACHE, KeptAnswers
 from .live import LiveIndex
 from .rwlock import RWLock
 from .snapshot import (
@@ -60,11 +61,6 @@ from .validation import (
 )
 
 __all__ = ["CANDIDATE_CACHE", "HyperbolicIndex", "Item"]
-
-#: unfiltered entailment candidates kept per index (label queries: the same
-#: label asks the same question until the index changes; a label search of the
-#: demo spent 80% of its time ranking every item by firmness)
-CANDIDATE_CACHE = 256
 
 log = logging.getLogger("indexing")
 
@@ -129,10 +125,9 @@ class HyperbolicIndex:
         self._cones: LabelCones | None = None
         self._closed = False
         self._columns = PayloadColumns(lambda path: self._store.payload_field(path))
-        # unfiltered entailment candidates by (apex, want, query, extra), valid
-        # while the index has not changed (see entailment_candidates)
-        self._cand_cache: dict[tuple, tuple] = {}
-        self._cand_lock = threading.Lock()
+        # unfiltered entailment candidates and cone levels, valid while the index
+        # has not changed (see entailment_candidates)
+        self._cand_cache = KeptAnswers(CANDIDATE_CACHE)
 
     @classmethod
     def load(
@@ -565,7 +560,7 @@ class HyperbolicIndex:
                 and getattr(descendants_of, "__self__", None) is (self._cones or object())
             ):
                 key = ("levels", q[0].tobytes(), tuple(chain), k, offset, ef, by, firmness)
-                got = self._kept(key)
+                got = self._cand_cache.get(key, self._state())
                 if got is not None:
                     return list(got)
             chain, levels = chain_levels(chain, descendants_of)
@@ -584,31 +579,11 @@ class HyperbolicIndex:
                 cones=self._cones if firmness else None,
             )
             if key is not None:
-                self._keep(key, list(hits))
+                self._cand_cache.put(key, self._state(), list(hits))
             return hits
 
     def _state(self) -> tuple:
         return (self._live.applied_seq, self._live.table, self._cones)
-
-    def _kept(self, key: tuple):
-        """An answer kept under ``key`` while the index is as it was then (the read
-        lock held), else ``None`` (and everything kept is dropped: the index changed)."""
-        seq, t, cones = self._state()
-        with self._cand_lock:
-            hit = self._cand_cache.get(key)
-            if hit is None:
-                return None
-            (seq0, t0, c0), got = hit
-            if seq0 == seq and t0 is t and c0 is cones:
-                return got
-            self._cand_cache.clear()
-        return None
-
-    def _keep(self, key: tuple, value) -> None:
-        with self._cand_lock:
-            if len(self._cand_cache) >= CANDIDATE_CACHE:
-                self._cand_cache.pop(next(iter(self._cand_cache)))
-            self._cand_cache[key] = (self._state(), value)
 
     def entailment_candidates(
         self,
@@ -650,14 +625,14 @@ class HyperbolicIndex:
             if only is None:  # the answer depends on the items alone: kept
                 extras = tuple((a, tuple(p)) for a, p in extra)
                 key = ("candidates", apex, want, q[0].tobytes(), extras)
-                got = self._kept(key)
+                got = self._cand_cache.get(key, self._state())
                 if got is not None:
                     return got
             held = candidates(t, cones, apex, q[0], want, only=only, outside=False, extra=extra)
             if held.n_held < want:
                 held = candidates(t, cones, apex, q[0], want, only=only, extra=extra)
             if key is not None:
-                self._keep(key, held)
+                self._cand_cache.put(key, self._state(), held)
             return held
 
     def search_entailment(

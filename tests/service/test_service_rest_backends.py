@@ -290,12 +290,12 @@ def test_collections_aliases_and_snapshots(server):
     assert r.status_code == 201, r.text
     assert r.json()["dim"] == 5 and r.json()["items"] == 0
     bad = c.post("/v1/collections", json={"name": name, "space": "poincare:5"}, headers=AUTH)
-    assert bad.status_code == 409 and _detail(bad)
+    assert bad.status_code == 409 and detail_of(bad)
     base = f"/v1/collections/{name}"
     items = [
         {
             "id": f"c{j}",
-            "vector": _vec(rng, 5, 0.3 + 0.01 * j),
+            "vector": random_vector(rng, 5, 0.3 + 0.01 * j),
             "label": "boot",
             "payload": {"j": j},
         }
@@ -321,7 +321,7 @@ def test_collections_aliases_and_snapshots(server):
     sid = snap.json()["snapshot"]
     listed = c.get(f"{base}/snapshots").json()
     assert [s["snapshot"] for s in listed] == [sid] and listed[0]["items"] == 20
-    more = [{"id": f"m{j}", "vector": _vec(rng, 5), "label": "bag"} for j in range(5)]
+    more = [{"id": f"m{j}", "vector": random_vector(rng, 5), "label": "bag"} for j in range(5)]
     assert c.post(f"{base}/items/batch", json={"items": more}, headers=AUTH).status_code == 200
     assert c.get(f"{base}/stats").json()["items"] == 25
     assert c.post(f"{base}/snapshots/{sid}/restore").status_code == 401
