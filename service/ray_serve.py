@@ -30,6 +30,11 @@ __all__ = ["RayUnavailable", "HypsearchReplica", "connect", "serve_on_ray"]
 
 log = logging.getLogger("service")
 
+#: requests a replica takes at once (Serve's default is 5): the replica's search
+#: micro-batcher answers what queued meanwhile in one fan-out to the shards, so
+#: with 5 the other connections waited in Serve's proxy, one short batch after
+#: another (benchmarks/results/load.md)
+REPLICA_MAX_ONGOING = 64
 #: the object store of a local cluster (Ray's default is 30% of the memory)
 LOCAL_OBJECT_STORE_BYTES = 300 * 2**20
 
@@ -248,6 +253,7 @@ def serve_on_ray(
             serve.ingress()(HypsearchReplica),
             name="hypsearch",
             num_replicas=replicas,
+            max_ongoing_requests=REPLICA_MAX_ONGOING,
             ray_actor_options={"num_cpus": replica_cpus},
         )
         serve.run(deployment.bind(replica_settings(settings)), name="hypsearch", route_prefix="/")
