@@ -157,6 +157,7 @@ def breakdown(emb, tree_parent: np.ndarray, ranks: dict, total_rank: float) -> s
         f"{orr.sum() / tot:.3f} |",
         "",
     ]
+    lines += _off_tree_tables(tax, tree_parent, order, ranks, held, n_desc)
     worst = sorted(ranks.items(), key=lambda kv: -float(kv[1][1].mean()))[:20]
     lines += [
         "**The 20 worst nodes (by mean rank of their ancestors)**",
@@ -172,6 +173,78 @@ def breakdown(emb, tree_parent: np.ndarray, ranks: dict, total_rank: float) -> s
     lines.append("")
     del total_rank
     return "\n".join(lines)
+
+
+def _off_tree_tables(tax, tree, order, ranks, held, n_desc) -> list[str]:
+    """The pairs the tree does not hold: by their source (the node of several parents
+    they come in through, by its subtree size) and by how many levels the ancestor
+    lies below the point where its branch leaves the node's tree path."""
+    from models.labels.construct import _euler
+
+    tin, tout = _euler(tree, order)
+    tdepth = np.zeros(len(tree), dtype=np.int64)
+    for i in order:
+        if tree[i] >= 0:
+            tdepth[i] = tdepth[tree[i]] + 1
+    edges = tax.closure_edges()
+    starts = np.searchsorted(edges[:, 0], np.arange(len(tree) + 1))
+    ancs: dict[int, set] = {}
+
+    def anc_set(p):
+        if p not in ancs:
+            ancs[p] = set(edges[starts[p] : starts[p + 1], 1].tolist())
+        return ancs[p]
+
+    by_src = defaultdict(list)
+    by_excess = defaultdict(list)
+    for u, (anc, rk, _) in ranks.items():
+        h = held(u, anc)
+        for a, r in zip(anc[~h].tolist(), rk[~h].tolist(), strict=True):
+            v = u
+            while v >= 0:
+                if any(p != tree[v] and (p == a or a in anc_set(p)) for p in tax.parent_ids(v)):
+                    break
+                v = int(tree[v])
+            k = int(n_desc[v]) if v >= 0 else -1
+            by_src[4 if k < 0 else 0 if k == 0 else 1 if k < 10 else 2 if k < 100 else 3].append(r)
+            lca = u
+            while lca >= 0 and not (tin[lca] <= tin[a] < tout[lca]):
+                lca = int(tree[lca])
+            ex = int(tdepth[a] - (tdepth[lca] + 1 if lca >= 0 else 0))
+            by_excess[min(ex, 5)].append(r)
+    tot = sum(sum(x) for x in by_src.values()) or 1
+    out = [
+        "**Pairs not held, by their source: the node of several parents they come in "
+        "through (its descendants)**",
+        "",
+        "| source | pairs | mean rank | median rank | share of the rank sum (pairs not held) |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    names = {0: "a leaf", 1: "1-9 descendants", 2: "10-99", 3: "100+", 4: "(none found)"}
+    for g in sorted(by_src):
+        r = np.array(by_src[g])
+        out.append(
+            f"| {names[g]} | {len(r):,} | {r.mean():.1f} | {np.median(r):.0f} | "
+            f"{r.sum() / tot:.3f} |"
+        )
+    out += [
+        "",
+        "**Pairs not held, by how deep the ancestor lies in its branch: levels below the "
+        "child of the branch point (the deepest tree ancestor of the node that also "
+        "holds the ancestor)**",
+        "",
+        "| levels below | pairs | mean rank | median rank "
+        "| share of the rank sum (pairs not held) |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for g in sorted(by_excess):
+        r = np.array(by_excess[g])
+        out.append(
+            f"| {g}{'+' if g == 5 else ''} | {len(r):,} | {r.mean():.1f} | {np.median(r):.0f} | "
+            f"{r.sum() / tot:.3f} |"
+        )
+    out.append("")
+    return out
 
 
 def _top_down(tree: np.ndarray) -> list[int]:
@@ -194,6 +267,9 @@ def main() -> int:
     ap.add_argument("--reuse", action="store_true", help="load embeddings built before")
     ap.add_argument("--no-baseline", action="store_true")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument(
+        "--no-experiments", action="store_true", help="skip the second-parent experiments"
+    )
     ap.add_argument("--wordnet-dir", default="/usr/share/wordnet")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -227,7 +303,7 @@ def main() -> int:
     us = np.unique(edges[:, 0])
     if args.sample and args.sample < len(us):
         us = np.sort(np.random.default_rng(0).choice(us, args.sample, replace=False))
-    summary, details = [], []
+    summary, details, experiments_text = [], [], []
     for label, dim, kind in runs:
         path = cache / f"noun-closure-{kind}-{dim}.labels"
         if args.reuse and path.exists():
@@ -260,6 +336,10 @@ def main() -> int:
             ranks = pair_ranks(emb, us)
             tree = np.asarray(_tree_of(tax, kind))
             details.append(f"### {label}, dim 10\n\n" + breakdown(emb, tree, ranks, 0.0))
+            if kind == "new" and not args.no_experiments:
+                summary_x, text = experiments(emb, tree, ranks, seconds, args.sample)
+                summary += summary_x
+                experiments_text.append(text)
     n_eval = len(us)
     body = [
         f"WordNet 3.0 noun closure: {len(tax):,} nodes, {len(edges):,} closure pairs. "
@@ -274,6 +354,7 @@ def main() -> int:
         *summary,
         "",
         *details,
+        *experiments_text,
     ]
     cmd = "python benchmarks/noun_closure.py " + " ".join(sys.argv[1:])
     path = write_results(
@@ -284,6 +365,83 @@ def main() -> int:
     )
     print(f"wrote {path}", file=sys.stderr)
     return 0
+
+
+def experiments(emb, tree, ranks, seconds, sample):
+    """Second parents placed one node at a time (benchmarks/_second_parents.py): summary
+    rows and a section of the results file."""
+    from _second_parents import geodesic_scan, replace_leaves
+
+    from models.geometry import cones
+    from models.labels import LabelEmbedding, evaluate_cones, evaluate_reconstruction
+
+    tax = emb.taxonomy
+    pts = emb.embeddings.numpy()
+    rows = []
+    lines = [
+        "### Can a node of several parents be placed better, one at a time? (dim 10)",
+        "",
+        "Each node of several parents with at most `max_subtree` descendants is tried "
+        "at the centre of the cap of each of its other parents (its subtree laid out "
+        "below by the construction's recipe, so caps stay nested and disjoint) and "
+        "moved where the rank sum of its and its subtree's ancestors is lowest, the "
+        "other points fixed (`benchmarks/_second_parents.py`, `replace_leaves`).",
+        "",
+        "| max_subtree | tried | moved | seconds | rank sum gained (moved nodes) "
+        "| tree pairs lost |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for ms in (0, 9):
+        t = time.perf_counter()
+        new_pts, _, info = replace_leaves(tax, pts, tree, max_subtree=ms)
+        sec = time.perf_counter() - t
+        lines.append(
+            f"| {ms} | {info['tried']:,} | {info['moved']:,} | {sec:.0f} | "
+            f"{info['rank_gain']:,.0f} | {info['pairs_lost']:,} |"
+        )
+        moved = LabelEmbedding(tax, torch.from_numpy(new_pts), 1.0, cone=cones.cone_spec("cap"))
+        rec = evaluate_reconstruction(moved, sample=sample or None, seed=0)
+        con = evaluate_cones(moved)
+        rows.append(
+            f"| defaults, then second parents placed one node at a time (max_subtree {ms}; "
+            f"an experiment, not the default) | 10 | {(seconds + sec) / 60:.1f} | "
+            f"{rec['mean_rank']:.2f} | {rec['map']:.4f} | {con['cone_precision']:.4f} | "
+            f"{con['cone_recall']:.4f} | - | - | - |"
+        )
+        print(rows[-1], file=sys.stderr)
+    # the worst leaves of several parents: the best point between their branches
+    order = _top_down(tree)
+    from models.labels.construct import _euler
+
+    tin, tout = _euler(tree, order)
+    edges = tax.closure_edges()
+    n_desc = np.bincount(edges[:, 1], minlength=len(tax))
+    cands = [
+        (u, anc, rk)
+        for u, (anc, rk, _) in ranks.items()
+        if len(tax.parent_ids(u)) > 1 and n_desc[u] == 0
+    ]
+    cands.sort(key=lambda x: -float(x[2].sum()))
+    lines += [
+        "",
+        "The 10 leaves of several parents with the largest rank sums among the ranked "
+        "nodes: the rank sum of their ancestors at the constructed point and at the "
+        "best of 19 points along each geodesic towards an ancestor the tree does not "
+        "hold (`geodesic_scan`), the other points fixed.",
+        "",
+        "| node | ancestors | rank sum (constructed) | best rank sum on the geodesics "
+        "| towards | at |",
+        "| --- | ---: | ---: | ---: | --- | ---: |",
+    ]
+    for u, anc, _ in cands[:10]:
+        off = anc[~((tin[anc] <= tin[u]) & (tin[u] < tout[anc]))]
+        base, best, to, at = geodesic_scan(tax, pts, u, off.tolist())
+        lines.append(
+            f"| {tax.names[u]} | {len(anc)} | {base:,.0f} | {best:,.0f} | "
+            f"{tax.names[to] if to is not None else '-'} | {at:.2f} |"
+        )
+    lines.append("")
+    return rows, "\n".join(lines)
 
 
 def _tree_of(tax, kind: str):
