@@ -15,7 +15,7 @@ from models.labels import LabelEmbedding, evaluate_cones, evaluate_reconstructio
 from models.labels.construct import _held_pairs, cap_construction
 from models.taxonomy import Taxonomy
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from _second_parents import geodesic_scan, replace_leaves  # noqa: E402
 
 WORDNET = "/usr/share/wordnet"
