@@ -184,8 +184,9 @@ def table(results: list[tuple[str, dict, list[dict]]], meta: dict) -> str:
     lines = [
         f"Measured {meta['date']} on {meta['machine']}, load average {meta['load0']:.1f} at the "
         f"start and {meta['load1']:.1f} at the end; `python benchmarks/zero_shot.py "
-        f"{meta['args']}` (each model: the defaults with the pair held out, "
-        f"`hypsearch train --dataset fashion-mnist --labels LABELS --holdout A,B`; the test "
+        f"{meta['args']}` (each model: the defaults with the pair held out and the novelty "
+        "rule fitted, `hypsearch train --dataset fashion-mnist --labels LABELS --holdout A,B "
+        "--novelty-rate 0.2 --time-budget 0`, every epoch; the test "
         "split indexed and served by `hypsearch serve` on loopback; every held-out test image "
         "and a sample of the trained classes' posted to `/v1/embed`).",
         "",
