@@ -41,8 +41,9 @@ from _common import ROOT, write_results  # noqa: E402
 MODES = ("auto", "nearest", "hierarchical")
 
 
-def open_runtime(home: Path, folder: Path):
-    """A runtime over a fresh index of the test split built by the demo's model."""
+def open_runtime(home: Path, folder: Path, model_path: Path | None = None):
+    """A runtime over a fresh index of the test split built by the demo's model (or
+    the checkpoint ``model_path``)."""
     import torch
 
     from indexing import HyperbolicIndex
@@ -51,7 +52,7 @@ def open_runtime(home: Path, folder: Path):
     from service.runtime import Runtime
 
     torch.set_num_threads(1)
-    model = load_model(home / "model.safetensors")
+    model = load_model(model_path or home / "model.safetensors")
     index = HyperbolicIndex(dim=model.dim, curvature=model.curvature, path=folder)
     from models.data import DEFAULT_FASHION_MNIST_DIR
 
