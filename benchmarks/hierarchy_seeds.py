@@ -48,9 +48,20 @@ def _labels(tax):
     return classes, general, under
 
 
-def hyperbolic(path: Path, k: int, max_results: int) -> tuple[dict, dict]:
-    """Scores of one hyperbolic checkpoint, and the level chain of each class label."""
+def hyperbolic(
+    path: Path, k: int, max_results: int, no_backoff: bool = False
+) -> tuple[dict, dict]:
+    """Scores of one hyperbolic checkpoint, and the level chain of each class label;
+    ``no_backoff``: the same weights with the placement's two back-offs to the cone
+    parent off (``placement_confidence`` 0, ``placement_novelty`` unbounded)."""
     with tempfile.TemporaryDirectory() as tmp:
+        if no_backoff:
+            from models.image_model import load_model
+
+            model = load_model(path)
+            model.config = dict(model.config, placement_confidence=0.0, placement_novelty=1e9)
+            path = Path(tmp) / path.name
+            model.save(path)
         rt = open_runtime(path.parent, Path(tmp) / "index", model_path=path)
         truth = truth_of(rt)
         tax = rt.taxonomy
@@ -157,6 +168,12 @@ def main() -> None:
     ap.add_argument("--twin", type=Path, nargs="+", required=True)
     ap.add_argument("--k", type=int, default=50)
     ap.add_argument("--max-results", type=int, default=3000)
+    ap.add_argument(
+        "--no-backoff",
+        action="store_true",
+        help="the hyperbolic checkpoints with the placement's back-offs off "
+        "(results: hierarchy-seeds-no-backoff.md)",
+    )
     ap.add_argument("--write-results", action="store_true")
     args = ap.parse_args()
     for p in [*args.hyperbolic, *args.twin]:
@@ -164,7 +181,7 @@ def main() -> None:
             ap.error(f"{p}: no such checkpoint")
     hyp, chains = [], None
     for p in args.hyperbolic:
-        s, c = hyperbolic(p, args.k, args.max_results)
+        s, c = hyperbolic(p, args.k, args.max_results, args.no_backoff)
         hyp.append(s)
         chains = chains or c
         print(p.name, s, file=sys.stderr)
@@ -172,10 +189,12 @@ def main() -> None:
     for p in args.twin:
         tw.append(twin(p, chains, args.k, args.max_results))
         print(p.name, tw[-1], file=sys.stderr)
+    off = "; the placement back-offs off" if args.no_backoff else ""
     lines = [
-        f"Hyperbolic: {', '.join(p.name for p in args.hyperbolic)} (answers of the service's "
-        f"search); twin: {', '.join(p.name for p in args.twin)} (nearest class prototype). "
-        f"k {args.k}; purity over at most {args.max_results:,} results a class label.",
+        f"Hyperbolic: {', '.join(p.name for p in args.hyperbolic)} (answers of the "
+        f"service's search{off}); twin: {', '.join(p.name for p in args.twin)} (nearest "
+        f"class prototype). k {args.k}; purity over at most {args.max_results:,} results a "
+        "class label.",
         "",
         "| metric | hyperbolic: mean (min-max) | twin: mean (min-max) | hyperbolic vs twin |",
         "| --- | --- | --- | --- |",
@@ -198,10 +217,11 @@ def main() -> None:
 
         cmd = (
             f"python benchmarks/hierarchy_seeds.py --hyperbolic {rel(args.hyperbolic)} "
-            f"--twin {rel(args.twin)} --write-results"
+            f"--twin {rel(args.twin)}" + (" --no-backoff" if args.no_backoff else "")
+            + " --write-results"
         )
         path = write_results(
-            "hierarchy-seeds",
+            "hierarchy-seeds" + ("-no-backoff" if args.no_backoff else ""),
             body,
             command=cmd,
             title="Label precision and level purity: the hyperbolic model against its twin",
