@@ -79,6 +79,23 @@ def search(rt, label: str, mode: str, k: int, offset: int = 0, per_level: int | 
     return searching.search(rt, x, lab, k=k, offset=offset, mode=mode, per_level=per_level)
 
 
+def paged_levels(rt, label: str, max_results: int, page: int = 100) -> list:
+    """``(hit, chain)`` for every ``mode: hierarchical`` result of ``label`` at levels 0
+    to 3, paged through (pages of ``page``, at most ``max_results`` results asked)."""
+    out = []
+    offset = 0
+    while offset < max_results:
+        ans = search(rt, label, "hierarchical", page, offset)
+        if not ans.hits:
+            break
+        for h in ans.hits:
+            if h.level > 3:
+                return out
+            out.append((h, ans.chain))
+        offset += page
+    return out
+
+
 def pure(tax, chain, hit, truth) -> bool:
     """The hit's true class is under its level's chain label and not the one before."""
     t = truth[hit.id]
@@ -161,19 +178,9 @@ def main() -> None:
             p_first = sum(pure(tax, few.chain, h, truth) for h in top)
             first_pure += p_first
             first_n += len(top)
-            offset = 0
-            done = False
-            while not done and offset < args.max_results:
-                ans = search(rt, lab, "hierarchical", 100, offset)
-                if not ans.hits:
-                    break
-                for h in ans.hits:
-                    if h.level > 3:
-                        done = True
-                        break
-                    counts[h.level] += 1
-                    n_pure += pure(tax, ans.chain, h, truth)
-                offset += 100
+            for h, chain in paged_levels(rt, lab, args.max_results):
+                counts[h.level] += 1
+                n_pure += pure(tax, chain, h, truth)
             n = sum(counts)
             pure_all += n_pure
             n_all += n

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _common import ROOT, write_results  # noqa: E402
-from hierarchy import open_runtime, pure, search, truth_of  # noqa: E402
+from hierarchy import open_runtime, paged_levels, pure, search, truth_of  # noqa: E402
 
 
 def _labels(tax):
@@ -74,19 +74,10 @@ def hyperbolic(
         n_pure = n_all = 0
         chains = {}
         for lab in classes:
-            offset, done = 0, False
-            while not done and offset < max_results:
-                ans = search(rt, lab, "hierarchical", 100, offset)
-                if not ans.hits:
-                    break
-                chains[lab] = list(ans.chain)
-                for h in ans.hits:
-                    if h.level > 3:
-                        done = True
-                        break
-                    n_all += 1
-                    n_pure += pure(tax, ans.chain, h, truth)
-                offset += 100
+            hits = paged_levels(rt, lab, max_results)
+            chains[lab] = list(hits[-1][1])
+            n_all += len(hits)
+            n_pure += sum(pure(tax, chain, h, truth) for h, chain in hits)
         rt.close()
     return _scores(prec, every, classes, general, n_pure / n_all), chains
 
