@@ -60,3 +60,20 @@ def test_the_slow_lists_name_tests_that_exist():
         tree = ast.parse((TESTS / rel).read_text(encoding="utf-8"))
         names = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
         assert name in names, node
+
+
+def test_ci_fails_the_ray_tests_it_cannot_run(monkeypatch):
+    """CI (.ci/run) says it is CI, and there a test that needs a Ray cluster it cannot
+    start fails instead of skipping (tests/support/ray_cluster.py)."""
+    import pytest
+
+    from tests.support.ray_cluster import cannot_run
+
+    run = (TESTS.parent / ".ci" / "run").read_text()
+    assert "export CI=true" in run.split("\nmake test")[0]
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="no Ray cluster"):
+        cannot_run("no namespace")
+    monkeypatch.delenv("CI")
+    with pytest.raises(pytest.skip.Exception):
+        cannot_run("no namespace")
