@@ -100,6 +100,12 @@ class HnswBackend(Backend):
     def params(self) -> dict[str, Any]:
         return dict(self._p)
 
+    def set_num_threads(self, n: int) -> None:
+        """Threads per ``knn_query`` from now on (the ``num_threads`` parameter)."""
+        if int(n) < 1:
+            raise ValueError(f"hnsw backend: num_threads must be >= 1, got {n!r}")
+        self._p["num_threads"] = int(n)
+
     # -- mutations ------------------------------------------------------------------
     def _new_index(self, capacity: int):
         import hnswlib
