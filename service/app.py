@@ -31,12 +31,13 @@ from . import searching
 from .batching import MicroBatcher
 from .collections import Collections, Served
 from .deps import Services
-from .errors import ApiError, install_error_handlers
+from .errors import ApiError
 from .fastpath import SearchFastPath
 from .imaging import EncodedPicture
 from .jobs import JobManager
 from .observability import Metrics, RequestMiddleware, setup_logging
 from .routes import collections, items, jobs, labels, ops, page, points, search, snapshots
+from .routes.errors import install_error_handlers
 from .runtime import Runtime, StartupError, open_runtime
 from .settings import Settings, get_settings
 
@@ -128,7 +129,7 @@ def _apply_limits(runtime: Runtime, s: Settings) -> None:
         conditions_note=" (HYPSEARCH_MAX_FILTER_CONDITIONS)",
         keys_note=" (HYPSEARCH_MAX_FILTER_KEYS)",
     )
-    runtime.picture_roots = tuple(s.data_roots)
+    runtime.pictures.roots = tuple(s.data_roots)
     limit = getattr(runtime.index, "limit_filter_cache", None)
     if limit is not None:
         limit(s.filter_cache_columns, s.filter_cache_bytes)

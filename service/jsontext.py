@@ -11,7 +11,7 @@ field and, for a limit, its setting.
 Request bodies themselves are capped by size in
 :class:`service.observability.RequestMiddleware` and parsed by FastAPI, which
 answers a body that does not parse (any error, RecursionError included) 422
-through :func:`service.errors.install_error_handlers`.
+through :func:`service.routes.errors.install_error_handlers`.
 """
 
 from __future__ import annotations

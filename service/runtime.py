@@ -27,7 +27,6 @@ Every write of the service goes through :meth:`Runtime.upsert` and
 from __future__ import annotations
 
 import logging
-import re
 import threading
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -38,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from indexing import Index, LabelCones
-from indexing.build import BuildInputError, check_under_roots, open_index
+from indexing.build import open_index
 from indexing.geometry import PoincareIndexSpace, make_index_space
 from models.geometry import cones as mcones
 from models.geometry import poincare_np
@@ -48,10 +47,19 @@ from models.taxonomy import Taxonomy, with_words
 from models.wordnet import WordResolver
 
 from .group_commit import GroupCommit
+from .pictures import Pictures
 
 log = logging.getLogger("service")
 
-__all__ = ["HOLD_SHARE", "Runtime", "StartupError", "label_cones", "open_runtime"]
+__all__ = [
+    "HOLD_SHARE",
+    "LabelsUnsupportedError",
+    "RetiredError",
+    "Runtime",
+    "StartupError",
+    "label_cones",
+    "open_runtime",
+]
 
 #: the share of non-root taxonomy nodes that a parent's cone must hold for the
 #: labels' cones to count as holding the taxonomy (cone levels by default)
@@ -60,6 +68,16 @@ HOLD_SHARE = 0.95
 
 class StartupError(Exception):
     """The service cannot start with these artifacts (one line)."""
+
+
+class LabelsUnsupportedError(Exception):
+    """A label, cone or hierarchical feature asked of a product-space collection,
+    which holds vectors only (answered 422)."""
+
+
+class RetiredError(Exception):
+    """A write reached a runtime that was replaced or dropped meanwhile (answered
+    503, to be retried)."""
 
 
 @dataclass(frozen=True)
@@ -77,8 +95,6 @@ class Runtime:
 
     #: bounds of a request's filter (``indexing.filters.FilterLimits``; set by the app)
     filter_limits: Any = None
-    #: folders a picture's ``{"path": ...}`` may lie under (``HYPSEARCH_DATA_ROOTS``)
-    picture_roots: tuple = ()
 
     def __init__(
         self,
@@ -135,8 +151,7 @@ class Runtime:
         self.taxonomy: Taxonomy = taxonomy if taxonomy is not None else labels.taxonomy
         self.curvature = float(labels.curvature)
         self.dim = int(labels.dim)
-        self.image_dir = Path(image_dir) if image_dir is not None else None
-        self.data_dir = Path(data_dir) if data_dir is not None else None
+        self.pictures = Pictures(image_dir, data_dir)  # the items' pictures
         # label prototypes, float64 numpy (the per-request geometry runs on the numpy
         # twins of models.geometry.poincare_np: torch costs far more a call on one vector)
         # where the model's embeddings of each label's images gather (the label points,
@@ -161,8 +176,6 @@ class Runtime:
         self._under_cache: dict[tuple[int, str], int] = {}
         self._extras: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {}
         self._resolver = WordResolver(self.taxonomy, wordnet_dir)
-        self._splits: dict[str, np.ndarray | None] = {}
-        self._split_lock = threading.Lock()
         self.cone_spec = label_cone_spec(labels)
         self.cones, self.cones_held_share = label_cones(labels, self.cone_spec)
         self.cones_hold = self.cones_held_share >= HOLD_SHARE and (
@@ -187,8 +200,7 @@ class Runtime:
         self.taxonomy = Taxonomy.from_edges([], nodes=())
         self.curvature = float(index.curvature)
         self.dim = int(index.dim)
-        self.image_dir = Path(image_dir) if image_dir is not None else None
-        self.data_dir = Path(data_dir) if data_dir is not None else None
+        self.pictures = Pictures(image_dir, data_dir)  # the items' pictures
         self._write_lock = threading.Lock()
         self._commits = GroupCommit(self._write_lock, self._apply_upsert, self._check_live)
         self._tally_lock = threading.Lock()
@@ -198,22 +210,17 @@ class Runtime:
         self._view = None
         self._view_lock = threading.Lock()
         self._under_cache = {}
-        self._splits = {}
-        self._split_lock = threading.Lock()
         self.cone_spec, self.cones, self.cones_held_share = {}, None, 0.0
         self.cones_hold, self.default_levels = False, "taxonomy"
         self._origin = np.zeros((1, self.dim))
         self._load_tallies()
 
-    def no_labels(self, what: str = "label and hierarchical searches") -> Exception:
-        """The 422 of a label feature asked of a product-space runtime."""
-        from .errors import ApiError
-
-        return ApiError(
-            422,
+    def no_labels(self, what: str = "label and hierarchical searches") -> LabelsUnsupportedError:
+        """The error of a label feature asked of a product-space runtime."""
+        return LabelsUnsupportedError(
             f"{what}: this collection has the product space {self.space.spec}: label, "
             "'under' and hierarchical features need a Poincaré-ball collection "
-            "(search it by vector or by id)",
+            "(search it by vector or by id)"
         )
 
     @property
@@ -409,18 +416,15 @@ class Runtime:
 
     # -- retiring ---------------------------------------------------------------------
     def retire(self, why: str) -> None:
-        """Refuse every later write (503 with ``why``): this runtime is being replaced
-        (an in-place restore) or dropped; a write already running finishes first."""
+        """Refuse every later write (:class:`RetiredError` with ``why``): this runtime
+        is being replaced (an in-place restore) or dropped; a write already running
+        finishes first."""
         with self._write_lock:
             self.retired = why
 
     def _check_live(self) -> None:
         if self.retired is not None:
-            from .errors import ApiError
-
-            err = ApiError(503, self.retired)
-            err.headers = {"Retry-After": "1"}
-            raise err
+            raise RetiredError(self.retired)
 
     def with_index(self, index: Index) -> Runtime:
         """The same model, labels and folders around another index (an in-place restore)."""
@@ -428,8 +432,8 @@ class Runtime:
             index,
             self.labels,
             self.model,
-            image_dir=self.image_dir,
-            data_dir=self.data_dir,
+            image_dir=self.pictures.folder,
+            data_dir=self.pictures.data_dir,
             taxonomy=None if self.product else self.taxonomy,
             wordnet_dir=self.wordnet_dir,
         )
@@ -444,7 +448,7 @@ class Runtime:
     ) -> None:
         """Upsert through the index (durable when this returns), then update the
         tallies. Raises :class:`indexing.IndexInputError` on bad input (a label
-        given in a product space: the 422 of :meth:`no_labels`). Concurrent upserts
+        given in a product space: :meth:`no_labels`). Concurrent upserts
         are written together, one transaction and one fsync for all
         (:mod:`service.group_commit`)."""
         if self.product and any(lab is not None for lab in labels):
@@ -484,80 +488,8 @@ class Runtime:
                     del self._item_label[i]
             self._version += 1
 
-    # -- pictures -------------------------------------------------------------------
-    def picture(self, payload: Any) -> np.ndarray | None:
-        """The pixels of an item's picture from its payload, or ``None``.
-
-        ``{"image": {"file": NAME}}``: an uploaded picture under :attr:`image_dir`;
-        ``{"image": {"path": PATH}}``: a file read by a batch build;
-        ``{"image": {"dataset": "fashion-mnist", "split": S, "row": R}}``: a row
-        of the built-in data set under :attr:`data_dir`."""
-        ref = payload.get("image") if isinstance(payload, dict) else None
-        if not isinstance(ref, dict):
-            return None
-        if "file" in ref and self.image_dir is not None:
-            name = str(ref["file"])
-            if not _IMAGE_NAME.match(name):
-                return None
-            return _read_pixels(self.image_dir / name)
-        if "path" in ref:
-            # checked now, not when written: a restored store may name any file
-            try:
-                real = check_under_roots(str(ref["path"]), self.picture_roots, "image")
-            except (BuildInputError, ValueError):
-                return None
-            return _read_pixels(real)
-        if ref.get("dataset") == "fashion-mnist" and self.data_dir is not None:
-            images = self._split_images(str(ref.get("split")))
-            row = ref.get("row")
-            if images is None or not isinstance(row, int) or not 0 <= row < len(images):
-                return None
-            return images[row]
-        return None
-
-    def _split_images(self, split: str) -> np.ndarray | None:
-        with self._split_lock:
-            if split not in self._splits:
-                from models.data import DataError, load_fashion_mnist
-
-                try:
-                    self._splits[split] = load_fashion_mnist(split, self.data_dir).images
-                except DataError:
-                    log.warning("pictures of fashion-mnist %s are not available", split)
-                    self._splits[split] = None
-            return self._splits[split]
-
-    def store_picture(self, pixels: np.ndarray) -> dict:
-        """Keep an uploaded picture (PNG, content-addressed, fsynced); its payload ref."""
-        import hashlib
-
-        from models.checkpoint import atomic_write_bytes
-
-        from .imaging import encode_png
-
-        if self.image_dir is None:
-            raise StartupError("no folder for item pictures is configured")
-        png = encode_png(pixels)
-        name = hashlib.sha256(png).hexdigest() + ".png"
-        path = self.image_dir / name
-        if not path.exists():
-            atomic_write_bytes(path, png)
-        return {"file": name}
-
     def close(self) -> None:
         self.index.close()
-
-
-_IMAGE_NAME = re.compile(r"^[0-9a-f]{64}\.png$")
-
-
-def _read_pixels(path: Path) -> np.ndarray | None:
-    from models.imaging import ImageDecodeError, decode
-
-    try:
-        return decode(path)
-    except ImageDecodeError:
-        return None
 
 
 def label_cones(labels: LabelEmbedding, spec: dict) -> tuple[LabelCones, float]:

@@ -126,7 +126,8 @@ class DefaultRestoreMixin:
         try:
             old.close()
             _crash_point("restore-closed")
-            swap_in(path, stage, carry=_inside(old.runtime.image_dir, path), hook=_crash_point)
+            carry = _inside(old.runtime.pictures.folder, path)
+            swap_in(path, stage, carry=carry, hook=_crash_point)
             index = HyperbolicIndex.load(path)
             try:
                 served = self._start(old.runtime.with_index(index))

@@ -100,7 +100,7 @@ def get_image(rt: RuntimeDep, item_id: ItemId) -> Response:
     item = rt.index.get(_check_id(item_id))
     if item is None:
         raise ApiError(404, f"id: no item {item_id!r}")
-    pixels = rt.picture(item.payload)
+    pixels = rt.pictures.read(item.payload)
     if pixels is None:
         raise ApiError(404, f"id: item {item_id!r} has no picture")
     return Response(
@@ -164,7 +164,7 @@ async def _upsert_picture(
     x, _ = await embed_upload(rt, settings, batcher, pixels)
 
     def write() -> ItemOut:
-        return _upsert(rt, item_id, x, label, rt.store_picture(pixels))
+        return _upsert(rt, item_id, x, label, rt.pictures.store(pixels))
 
     return await run_in_threadpool(write)
 

@@ -195,7 +195,7 @@ def _write_batch(rt: Runtime, body: ItemsBatchIn, points: dict) -> int:
         item_payload(
             it.payload,
             "given" if it.label is not None else "predicted",
-            rt.store_picture(points[j][1]) if j in points else None,
+            rt.pictures.store(points[j][1]) if j in points else None,
         )
         for j, it in enumerate(items)
     ]

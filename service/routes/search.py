@@ -8,7 +8,6 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, File, Form, Query, Response, UploadFile
 from starlette.concurrency import run_in_threadpool
 
-from indexing import IndexInputError
 from models.taxonomy import UnknownLabelError
 
 from .. import searching
@@ -28,6 +27,7 @@ from ..schemas import (
     SearchIn,
     SearchOut,
 )
+from .errors import as_api_error
 
 router = APIRouter(prefix="/v1", tags=["search"], responses=INVALID)
 
@@ -99,15 +99,12 @@ async def search(
 
 def _named(i: int, e: BaseException) -> BaseException:
     """A search's error, its detail naming the search (``searches[i]: ...``)."""
-    if isinstance(e, ApiError):
-        err = ApiError(e.status, f"searches[{i}].{e.detail}", **e.extra)
-    elif isinstance(e, UnknownLabelError):
-        err = ApiError(422, f"searches[{i}].label: {e}", suggestions=list(e.suggestions))
-    elif isinstance(e, IndexInputError):
-        err = ApiError(422, f"searches[{i}].{e}")
-    else:
+    got = as_api_error(e)
+    if got is None:
         return e
-    err.headers = getattr(e, "headers", None)
+    where = "label: " if isinstance(e, UnknownLabelError) else ""
+    err = ApiError(got.status, f"searches[{i}].{where}{got.detail}", **got.extra)
+    err.headers = got.headers
     return err
 
 

@@ -176,17 +176,19 @@ def test_a_running_job_refuses_the_restore(served):
 
 def test_writes_on_a_retired_runtime_are_refused(tmp_path_factory):
     """A write that still holds the runtime an in-place restore replaced gets a 503."""
-    from service.errors import ApiError
+    from service.routes.errors import as_api_error
+    from service.runtime import RetiredError
     from tests.support.server import make_runtime
 
     art = artifacts(tmp_path_factory)
     rt = make_runtime(art, tmp_path_factory.mktemp("retired"), n=20)
     try:
         rt.retire("collection: it was restored meanwhile; retry")
-        with pytest.raises(ApiError) as e:
+        with pytest.raises(RetiredError) as e:
             rt.upsert(["x"], np.zeros((1, rt.dim)), [None])
-        assert e.value.status == 503 and "restored" in e.value.detail
-        with pytest.raises(ApiError):
+        err = as_api_error(e.value)  # the runtime's error, as the routes answer it
+        assert err.status == 503 and "restored" in err.detail
+        with pytest.raises(RetiredError):
             rt.delete([rt.index.ids()[0]])
         assert len(rt) == 20
     finally:
