@@ -26,9 +26,9 @@ import time
 import torch
 from torch import nn
 
-from models.data import load_fashion_mnist
 from models.encoders import _block
-from models.preprocess import Preprocess
+from models.images.datasets import load_fashion_mnist
+from models.images.preprocess import Preprocess
 
 VARIANTS = {
     "base": dict(widths=[32, 64, 128, 128], depths=[1, 1, 1, 1], ceil=False),

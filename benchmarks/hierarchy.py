@@ -54,7 +54,7 @@ def open_runtime(home: Path, folder: Path, model_path: Path | None = None):
     torch.set_num_threads(1)
     model = load_model(model_path or home / "model.safetensors")
     index = HyperbolicIndex(dim=model.dim, curvature=model.curvature, path=folder)
-    from models.data import DEFAULT_FASHION_MNIST_DIR
+    from models.images.datasets import DEFAULT_FASHION_MNIST_DIR
 
     plan = plan_dataset("fashion-mnist", "test", DEFAULT_FASHION_MNIST_DIR)
     build_index(model, index, plan, workers=0)
@@ -62,7 +62,7 @@ def open_runtime(home: Path, folder: Path, model_path: Path | None = None):
 
 
 def truth_of(rt) -> dict[str, str]:
-    from models.data import FASHION_MNIST_CLASSES, load_fashion_mnist
+    from models.images.datasets import FASHION_MNIST_CLASSES, load_fashion_mnist
 
     ds = load_fashion_mnist("test")
     return {
@@ -116,7 +116,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--write-results", action="store_true")
     args = ap.parse_args()
-    from models.data import FASHION_MNIST_CLASSES
+    from models.images.datasets import FASHION_MNIST_CLASSES
 
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()

@@ -40,7 +40,7 @@ from hierarchy import open_runtime, paged_levels, pure, search, truth_of  # noqa
 
 
 def _labels(tax):
-    from models.data import FASHION_MNIST_CLASSES
+    from models.images.datasets import FASHION_MNIST_CLASSES
 
     classes = [c for _, c in FASHION_MNIST_CLASSES]
     under = {n: {c for c in classes if c == n or n in tax.ancestors(c)} for n in tax.names}
@@ -86,8 +86,8 @@ def twin(path: Path, chains: dict, k: int, max_results: int) -> dict:
     """Scores of one Euclidean twin answering by its nearest class prototype."""
     import torch
 
-    from models.data import FASHION_MNIST_CLASSES, load_fashion_mnist
     from models.image_model import load_model
+    from models.images.datasets import FASHION_MNIST_CLASSES, load_fashion_mnist
 
     torch.set_num_threads(1)
     model = load_model(path)

@@ -37,7 +37,6 @@ sys.path.insert(0, str(ROOT))
 
 TITLE = "Label embeddings: reconstruction and cone containment"
 
-from models.defaults import default_taxonomy  # noqa: E402
 from models.labels import (  # noqa: E402
     LabelEmbedding,
     LabelTrainConfig,
@@ -46,7 +45,8 @@ from models.labels import (  # noqa: E402
     evaluate_reconstruction,
     train_labels,
 )
-from models.taxonomy import Taxonomy  # noqa: E402
+from models.taxonomy.defaults import default_taxonomy  # noqa: E402
+from models.taxonomy.graph import Taxonomy  # noqa: E402
 
 
 def machine() -> str:

@@ -142,7 +142,7 @@ def workloads(url: str, n: int = 200, seed: int = 0, batch_size: int = 100) -> d
         x = np.random.default_rng(seed).normal(size=(n, stats["dim"]))
         x *= 0.9 / np.linalg.norm(x, axis=1, keepdims=True) / np.sqrt(stats["curvature"])
         vectors = x.tolist()
-    from models.data import load_fashion_mnist
+    from models.images.datasets import load_fashion_mnist
 
     data = load_fashion_mnist("test")
     rows = [rng.randrange(len(data.images)) for _ in range(n)]

@@ -288,7 +288,7 @@ def main() -> int:
         train_labels,
     )
     from models.labels.construct import cap_construction
-    from models.taxonomy import Taxonomy
+    from models.taxonomy.graph import Taxonomy
 
     cache = ROOT / "var" / "bench"
     cache.mkdir(parents=True, exist_ok=True)

@@ -56,7 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _common import ROOT, add_results_flag, command_line, cpu_model, report  # noqa: E402
 
 from models.image_model import load_model  # noqa: E402
-from models.imaging import decode  # noqa: E402
+from models.images.decode import decode  # noqa: E402
 from models.prototypes import nearest_rows  # noqa: E402
 
 SKIMAGE = [

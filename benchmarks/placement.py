@@ -39,10 +39,10 @@ sys.path.insert(0, str(ROOT))
 
 
 def main() -> int:
-    from models.data import load_dataset
     from models.image_model import load_model
+    from models.images.datasets import load_dataset
     from models.placement import ConePlacement, PlacementConfig, calibrate
-    from models.train_data import split_rows
+    from models.training.data import split_rows
 
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--model", required=True)
@@ -96,7 +96,7 @@ def main() -> int:
 def test_grid(model, pl, radii) -> None:
     from dataclasses import replace
 
-    from models.data import load_dataset
+    from models.images.datasets import load_dataset
 
     test = load_dataset(model.config.get("dataset", "fashion-mnist"), split="test")
     model.config["placement"] = "none"

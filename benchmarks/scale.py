@@ -96,8 +96,8 @@ def builds(model_path: str, limit: int | None, workers: int) -> tuple[dict, Path
     from indexing.build import build_index, open_index, plan_dataset
     from indexing.ray_build import ray_build_index
     from indexing.sharded import ShardedIndex
-    from models.data import DEFAULT_FASHION_MNIST_DIR
     from models.image_model import load_model
+    from models.images.datasets import DEFAULT_FASHION_MNIST_DIR
 
     torch.set_num_threads(1)
     model = load_model(model_path)

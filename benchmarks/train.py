@@ -132,7 +132,7 @@ def _train_cmd(labels: Path, out: Path, threads: int, *extra: str) -> list[str]:
 def _labels(path: Path, env: dict) -> Path:
     if path.exists():
         return path
-    from models.defaults import default_taxonomy
+    from models.taxonomy.defaults import default_taxonomy
 
     tax_path = path.with_name("taxonomy.tsv")
     if not tax_path.exists():
@@ -373,7 +373,8 @@ def table(res: dict) -> str:
         "nearest taxonomy node among all but the trained classes; 'back-off': the most "
         f"specific node among those that holds at least {zt_threshold(z)} of the posterior "
         "over the trained classes "
-        "(`models.evaluate.backoff_predict`, the same rule as for the trained classes above); "
+        "(`models.training.evaluate.backoff_predict`, the same rule as for the trained classes "
+        "above); "
         "'all nodes' also counts the trained classes as candidates. Name search: precision of "
         "the 50 test images nearest to the class's label point.",
         "",
@@ -557,8 +558,8 @@ def step_times(nodes=(1770, 10699), samples=(0, 256), batch=256, reps=12) -> str
 
     from models.geometry import poincare
     from models.heads import make_space
-    from models.losses import Prototypes, build_criterion
-    from models.train_config import TrainConfig
+    from models.training.config import TrainConfig
+    from models.training.losses import Prototypes, build_criterion
 
     torch.set_num_threads(1)
     sp = make_space("poincare", 1.0)

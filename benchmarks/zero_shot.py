@@ -80,9 +80,9 @@ def variant(path: Path, rate: float, out: Path) -> Path:
     """The same weights with the novelty threshold set for ``rate`` on the model's own
     validation split (reproduced as ``hypsearch train`` drew it: the stratified split of
     the trained classes' images with the run's seed); rate 0: no novelty rule."""
-    from models.data import load_dataset
     from models.image_model import load_model
-    from models.train_data import split_rows
+    from models.images.datasets import load_dataset
+    from models.training.data import split_rows
 
     model = load_model(path)
     cfg = model.config
@@ -118,8 +118,8 @@ def ask(url: str, pair: list[str], seen_n: int, seed: int) -> list[dict]:
     """The REST answers for one model: a row per held-out class and one for the trained."""
     import httpx
 
-    from models.data import load_fashion_mnist
-    from models.defaults import default_taxonomy
+    from models.images.datasets import load_fashion_mnist
+    from models.taxonomy.defaults import default_taxonomy
     from service.imaging import encode_png
 
     tax = default_taxonomy()

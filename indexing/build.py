@@ -9,12 +9,12 @@ index jobs and the demo::
 * Sources: a built-in split (ids ``fashion-mnist-<split>-<row>``), a folder
   ``DIR/<class>/<images>`` (ids: paths relative to ``DIR``) or a CSV manifest
   ``id,path[,label]`` (ids: the ``id`` column), listed by
-  :func:`models.data.list_folder` / :func:`models.data.list_manifest`. A class
-  name becomes a taxonomy node through :func:`models.data.map_class`.
+  :func:`models.images.datasets.list_folder` / :func:`models.images.datasets.list_manifest`. A class
+  name becomes a taxonomy node through :func:`models.images.datasets.map_class`.
 * Reading is forgiving: an unreadable picture, a row naming an unknown class or
   a file outside the allowed roots is *skipped* and reported (with the reason),
   never fatal. A folder or manifest that cannot be read at all is an error.
-* Pictures are decoded by :func:`models.imaging.decode` (the decoder of
+* Pictures are decoded by :func:`models.images.decode.decode` (the decoder of
   training and queries) in a multi-worker ``torch.utils.data.DataLoader`` and
   embedded in batches (``model.embed``).
 * An item without a label gets the nearest prototype among the labels that
@@ -44,8 +44,15 @@ from typing import Any
 
 import numpy as np
 
-from models.data import DataError, Listing, list_folder, list_manifest, list_photos, map_class
-from models.imaging import DEFAULT_MAX_PIXELS, ImageDecodeError, decode
+from models.images.datasets import (
+    DataError,
+    Listing,
+    list_folder,
+    list_manifest,
+    list_photos,
+    map_class,
+)
+from models.images.decode import DEFAULT_MAX_PIXELS, ImageDecodeError, decode
 
 log = logging.getLogger("indexing")
 
@@ -195,7 +202,7 @@ def open_index(path: str | os.PathLike, *, dim: int, curvature: float, **kw):
 
 
 def plan_dataset(dataset: str, split: str, data_dir: str | os.PathLike) -> Plan:
-    from models.data import load_fashion_mnist
+    from models.images.datasets import load_fashion_mnist
 
     if dataset != "fashion-mnist":
         raise BuildInputError(f"dataset {dataset!r}: unknown (built in: fashion-mnist)")
@@ -258,7 +265,7 @@ def plan_manifest(
 
 
 def plan_photos(folder: str | os.PathLike) -> Plan:
-    """Every picture under ``folder``, unlabelled (:func:`models.data.list_photos`): each
+    """Every picture under ``folder``, unlabelled (:func:`models.images.datasets.list_photos`): each
     gets the model's nearest label."""
     try:
         return _plan(list_photos(folder), None, None, manifest=False)
@@ -298,7 +305,7 @@ class _Pictures:
 def read_picture(
     path: str, max_pixels: int = DEFAULT_MAX_PIXELS
 ) -> tuple[np.ndarray | None, str | None]:
-    """Decode one file (:func:`models.imaging.decode`): (uint8 pixels, None) or
+    """Decode one file (:func:`models.images.decode.decode`): (uint8 pixels, None) or
     (None, why not)."""
     try:
         return decode(path, max_pixels=max_pixels), None

@@ -118,7 +118,7 @@ def ray_build_index(
     ``cpus_per_worker``: the CPUs each actor asks Ray for."""
     import ray
 
-    from models.imaging import DEFAULT_MAX_PIXELS
+    from models.images.decode import DEFAULT_MAX_PIXELS
     from models.prototypes import prediction_labels
 
     report = report if report is not None else BuildReport(plan.name)

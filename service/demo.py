@@ -3,7 +3,7 @@
 ``hypsearch demo`` (what ``make run`` runs) builds these artifacts once and
 reuses them afterwards:
 
-* ``taxonomy.tsv``: the default taxonomy (:func:`models.defaults.default_taxonomy`);
+* ``taxonomy.tsv``: the default taxonomy (:func:`models.taxonomy.defaults.default_taxonomy`);
 * ``labels.safetensors``: its label embeddings;
 * ``model.safetensors``: the image model trained on the Fashion-MNIST train
   split against them (within :data:`DEMO_BUDGET` seconds in all);
@@ -26,7 +26,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from models.defaults import default_taxonomy
+from models.taxonomy.defaults import default_taxonomy
 
 #: Seconds the first run of the demo may take in all (labels, image model, index).
 DEMO_BUDGET = 570.0
@@ -125,7 +125,7 @@ def _default_model(
     """The image model of the demo: reused when trained against these labels."""
     from models.checkpoint import CheckpointError
     from models.image_model import ImageModel
-    from models.train import TrainConfig, train
+    from models.training.run import TrainConfig, train
 
     path = home / "model.safetensors"
     if path.exists():
@@ -160,7 +160,7 @@ def _default_index(
     and the jobs, resumed when interrupted), then only served (``limit``: only the
     first rows, for tests)."""
     from indexing.build import plan_dataset
-    from models.data import DEFAULT_FASHION_MNIST_DIR
+    from models.images.datasets import DEFAULT_FASHION_MNIST_DIR
 
     plan = plan_dataset("fashion-mnist", "test", DEFAULT_FASHION_MNIST_DIR)
     plan.sources = plan.sources[:limit]

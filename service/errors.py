@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from models.taxonomy import UnknownLabelError
+from models.taxonomy.graph import UnknownLabelError
 
 
 class ApiError(Exception):

@@ -1,6 +1,6 @@
 """Uploaded pictures -> pixels through the one decoder; pixel arrays -> PNG.
 
-Decoding is :func:`models.imaging.decode` (formats, limits, reduction, EXIF
+Decoding is :func:`models.images.decode.decode` (formats, limits, reduction, EXIF
 orientation, transparency onto white: the same rules as training and index
 builds); this module maps its refusals to HTTP: not a supported format 415,
 too many pixels 413 (decompression bombs included), anything else 422, each
@@ -25,7 +25,7 @@ import anyio
 import anyio.to_thread
 import numpy as np
 
-from models.imaging import FORMATS, ImageDecodeError, announced_pixels, decode
+from models.images.decode import FORMATS, ImageDecodeError, announced_pixels, decode
 
 from .errors import ApiError
 

@@ -78,7 +78,7 @@ class Pictures:
     def _split_images(self, split: str) -> np.ndarray | None:
         with self._split_lock:
             if split not in self._splits:
-                from models.data import DataError, load_fashion_mnist
+                from models.images.datasets import DataError, load_fashion_mnist
 
                 try:
                     self._splits[split] = load_fashion_mnist(split, self.data_dir).images
@@ -105,7 +105,7 @@ class Pictures:
 
 
 def _read_pixels(path: Path) -> np.ndarray | None:
-    from models.imaging import ImageDecodeError, decode
+    from models.images.decode import ImageDecodeError, decode
 
     try:
         return decode(path)

@@ -43,8 +43,8 @@ from models.geometry import cones as mcones
 from models.geometry import poincare_np
 from models.labels import LabelEmbedding
 from models.prototypes import Prototypes, label_cone_spec, prediction_labels
-from models.taxonomy import Taxonomy, with_words
-from models.wordnet import WordResolver
+from models.taxonomy.graph import Taxonomy, with_words
+from models.taxonomy.wordnet import WordResolver
 
 from .group_commit import GroupCommit
 from .pictures import Pictures
@@ -301,7 +301,7 @@ class Runtime:
         """Node for a synset name or a word: among a word's senses, the one with the
         most items under it (WordNet's sense order breaks ties); plurals resolve
         through their base forms (:class:`WordResolver`). Raises
-        :class:`models.taxonomy.UnknownLabelError`."""
+        :class:`models.taxonomy.graph.UnknownLabelError`."""
         if self.product:
             raise self.no_labels()
         return self._resolver.resolve(text, prefer=lambda n: float(self.items_under(n)))

@@ -53,7 +53,7 @@ import numpy as np
 from indexing import IndexInputError
 from indexing.filters import Filter, parse_filter
 from models.geometry import ranking
-from models.taxonomy import UnknownLabelError
+from models.taxonomy.graph import UnknownLabelError
 
 from .errors import ApiError, bad_input, not_found, unknown_label
 from .runtime import Runtime

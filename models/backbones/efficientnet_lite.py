@@ -36,7 +36,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..preprocess import image_pixels, normalize
+from ..images.preprocess import image_pixels, normalize
 
 __all__ = [
     "LITE0_SHA256",
@@ -184,7 +184,7 @@ class EfficientNetLite(nn.Module):
 class CropPreprocess:
     """Centre crop and resize for a pretrained backbone, in torch.
 
-    Images in any form :class:`models.preprocess.Preprocess` takes (uint8 arrays
+    Images in any form :class:`models.images.preprocess.Preprocess` takes (uint8 arrays
     (n, h, w) or (n, h, w, 3|4), a list of such images of any sizes, float
     pixels in [0, 1]) -> float32 (n, 3, size, size): alpha dropped, gray
     repeated to RGB, the centre square of side ``crop`` x the shorter side

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..taxonomy import Taxonomy
+from ..taxonomy.graph import Taxonomy
 
 __all__ = ["CapPlacement", "cap_construction", "spherical_code", "tree_parents", "tree_plan"]
 

@@ -27,7 +27,7 @@ from ..checkpoint import (
     save_checkpoint,
 )
 from ..geometry import cones
-from ..taxonomy import Taxonomy
+from ..taxonomy.graph import Taxonomy
 
 __all__ = ["KIND", "LabelEmbedding", "LabelTrainConfig", "is_finished", "load_labels"]
 

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from ..geometry import cones, poincare
-from ..taxonomy import Taxonomy
+from ..taxonomy.graph import Taxonomy
 from ._progress import _Progress
 from .embedding import LabelEmbedding
 

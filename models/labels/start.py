@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from ..geometry import poincare
-from ..taxonomy import Taxonomy
+from ..taxonomy.graph import Taxonomy
 
 __all__ = ["hierarchical_start"]
 

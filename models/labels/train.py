@@ -32,7 +32,7 @@ import torch
 
 from ..geometry import cones, poincare
 from ..geometry.sparse import dist_and_grad, fast_gap
-from ..taxonomy import Taxonomy
+from ..taxonomy.graph import Taxonomy
 from ._progress import _Progress
 from .construct import cap_construction
 from .embedding import LabelEmbedding, LabelTrainConfig

@@ -14,7 +14,7 @@ class CliError(Exception):
 def user_errors() -> tuple[type[BaseException], ...]:
     """The exceptions that are the user's input at fault (exit 2, one line)."""
     from models.checkpoint import CheckpointError
-    from models.data import DataError
-    from models.taxonomy import TaxonomyError
+    from models.images.datasets import DataError
+    from models.taxonomy.graph import TaxonomyError
 
     return (CliError, TaxonomyError, CheckpointError, DataError)

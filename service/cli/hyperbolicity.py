@@ -48,7 +48,7 @@ def cmd_hyperbolicity(args: argparse.Namespace) -> int:
         x = read_vectors(args.vectors)
         source = args.vectors
     else:
-        from models.data import load_fashion_mnist
+        from models.images.datasets import load_fashion_mnist
 
         data = load_fashion_mnist(args.split, args.data_dir)
         x = data.images.reshape(len(data.images), -1).astype(np.float64) / 255.0
@@ -67,7 +67,7 @@ def cmd_hyperbolicity(args: argparse.Namespace) -> int:
 
 def add_commands(sub) -> None:
     """Add ``hyperbolicity`` to the ``hypsearch`` subparsers."""
-    from models.data import DEFAULT_FASHION_MNIST_DIR
+    from models.images.datasets import DEFAULT_FASHION_MNIST_DIR
 
     hy = command(
         sub, "hyperbolicity", cmd_hyperbolicity, _HYPERBOLICITY_HELP, _HYPERBOLICITY_DESCRIPTION

@@ -27,8 +27,8 @@ def _model_and_plan(args: argparse.Namespace, *, ball_only: bool):
     import torch
 
     from indexing.build import BuildInputError, plan_dataset, plan_path
-    from models.data import read_class_map
     from models.image_model import load_model
+    from models.images.datasets import read_class_map
 
     torch.set_num_threads(args.threads)
     need_model("--model", args.model)
@@ -45,8 +45,8 @@ def _model_and_plan(args: argparse.Namespace, *, ball_only: bool):
     class_map = read_class_map(args.class_map) if args.class_map else None
     try:
         if args.images is not None:
-            from models.taxonomy import with_words
-            from models.wordnet import WordResolver
+            from models.taxonomy.graph import with_words
+            from models.taxonomy.wordnet import WordResolver
 
             words = WordResolver(
                 with_words(model.labels.taxonomy, args.wordnet_dir), args.wordnet_dir
@@ -253,8 +253,8 @@ def cmd_embed(args: argparse.Namespace) -> int:
 
 
 def _source_arguments(b) -> None:
-    from models.data import DEFAULT_FASHION_MNIST_DIR
-    from models.wordnet import DEFAULT_WORDNET_DIR
+    from models.images.datasets import DEFAULT_FASHION_MNIST_DIR
+    from models.taxonomy.wordnet import DEFAULT_WORDNET_DIR
 
     b.add_argument("--model", required=True, help="image model checkpoint or pretrained:NAME")
     src = b.add_mutually_exclusive_group()

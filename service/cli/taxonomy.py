@@ -38,14 +38,14 @@ _LABELS_EXPORT_HELP = "write label vectors as TSV (Poincaré-ball coordinates)"
 
 
 def load_taxonomy(path: str):
-    from models.taxonomy import Taxonomy
+    from models.taxonomy.graph import Taxonomy
 
     need_path("--taxonomy", path)
     return Taxonomy.from_tsv(path)
 
 
 def cmd_taxonomy_wordnet(args: argparse.Namespace) -> int:
-    from models.taxonomy import Taxonomy
+    from models.taxonomy.graph import Taxonomy
 
     tax = Taxonomy.from_wordnet(args.wordnet_dir, root=args.root)
     tax.to_tsv(args.out, closure=True)
@@ -172,7 +172,7 @@ def cmd_labels_export(args: argparse.Namespace) -> int:
 
 def add_commands(sub) -> None:
     """Add ``taxonomy`` and ``labels`` to the ``hypsearch`` subparsers."""
-    from models.taxonomy import DEFAULT_WORDNET_DIR
+    from models.taxonomy.graph import DEFAULT_WORDNET_DIR
 
     tx = subcommands(sub, "taxonomy", "build taxonomy files", "taxonomy_command")
     wn = command(tx, "wordnet", cmd_taxonomy_wordnet, _WORDNET_HELP, _WORDNET_DESCRIPTION)

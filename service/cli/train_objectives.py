@@ -1,5 +1,5 @@
 """The ``hypsearch train`` options of the auxiliary objectives, the product head and the
-unsupervised mode (:mod:`models.objectives`, :mod:`models.clusters`), kept beside
+unsupervised mode (:mod:`models.training.objectives`, :mod:`models.training.clusters`), kept beside
 :mod:`service.cli.training` so that module only wires them in."""
 
 from __future__ import annotations
@@ -148,8 +148,8 @@ def labels_for(args: argparse.Namespace, load):
         return load(args.labels)
     if not args.unsupervised:
         raise CliError("--labels is required (except with --unsupervised)")
-    from models.clusters import placeholder_labels
     from models.geometry.product import ProductSpace
+    from models.training.clusters import placeholder_labels
 
     try:
         dim = args.dim or (ProductSpace.parse(args.space).dim if args.space else 10)
@@ -160,7 +160,7 @@ def labels_for(args: argparse.Namespace, load):
 
 def after_save(model, out: Path) -> str | None:
     """Write ``OUT.clusters.tsv`` for an unsupervised model; its path, or None."""
-    from models.clusters import write_cluster_tsv
+    from models.training.clusters import write_cluster_tsv
 
     path = out.with_name(out.name + ".clusters.tsv")
     return str(path) if write_cluster_tsv(model, path) else None

@@ -73,7 +73,7 @@ def _load_labels(path: str):
 def _train_labels(path: str | None, cfg):
     """``--labels``, or without it the pretrained backbone's WordNet nouns (the ImageNet
     classes and their hypernyms, :func:`models.pretrained.imagenet_labels`)."""
-    from models.features import is_pretrained_backbone
+    from models.training.features import is_pretrained_backbone
 
     if path is not None:
         return _load_labels(path)
@@ -101,8 +101,8 @@ def _holdout_list(text: str | None) -> list[str]:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from models.data import DataError, read_class_map
-    from models.train import TrainConfig, TrainError, train
+    from models.images.datasets import DataError, read_class_map
+    from models.training.run import TrainConfig, TrainError, train
 
     if args.images is None and args.dataset is None:
         raise CliError(_NO_DATA)
@@ -175,9 +175,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     import torch
 
-    from models.data import ImageSet, load_dataset, read_class_map, split_indices
-    from models.evaluate import evaluate_model
     from models.image_model import load_model
+    from models.images.datasets import ImageSet, load_dataset, read_class_map, split_indices
+    from models.training.evaluate import evaluate_model
 
     torch.set_num_threads(args.threads)
     if not args.model.startswith("pretrained:"):
@@ -228,7 +228,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def add_commands(sub) -> None:
     """Add ``train`` and ``eval`` to the ``hypsearch`` subparsers."""
-    from models.data import DEFAULT_FASHION_MNIST_DIR
+    from models.images.datasets import DEFAULT_FASHION_MNIST_DIR
 
     tn = command(sub, "train", cmd_train, _TRAIN_HELP, _TRAIN_DESCRIPTION)
     tsrc = tn.add_mutually_exclusive_group()

@@ -80,7 +80,7 @@ def check_space(space: str, settings=None) -> IndexSpace:
 
 
 def inline_taxonomy(edges: list):
-    from models.taxonomy import Taxonomy
+    from models.taxonomy.graph import Taxonomy
 
     pairs = []
     for i, e in enumerate(edges):

@@ -199,7 +199,7 @@ class StoreMixin:
                 if labels.dim != sp.dim or abs(float(labels.curvature) - sp.c) > 1e-9:
                     labels = None  # placed again in this space
             else:
-                from models.taxonomy import Taxonomy
+                from models.taxonomy.graph import Taxonomy
 
                 try:
                     tax = Taxonomy.from_tsv(real)
@@ -246,7 +246,7 @@ class StoreMixin:
     def _open(self, rec: dict[str, Any], index_folder: str | None = None) -> Served:
         """The runtime of a collection record (its live index folder, or ``index_folder``)."""
         from models.labels import LabelEmbedding
-        from models.taxonomy import with_words
+        from models.taxonomy.graph import with_words
 
         folder = self.root / rec["folder"]
         model = labels = None

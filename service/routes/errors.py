@@ -21,7 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from indexing import IndexInputError
 from indexing.sharded import ShardUnavailableError
-from models.taxonomy import UnknownLabelError
+from models.taxonomy.graph import UnknownLabelError
 
 from ..errors import ApiError
 from ..pictures import NoPictureFolderError

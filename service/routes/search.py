@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, File, Form, Query, Response, UploadFile
 from starlette.concurrency import run_in_threadpool
 
-from models.taxonomy import UnknownLabelError
+from models.taxonomy.graph import UnknownLabelError
 
 from .. import searching
 from ..deps import BatcherDep, RuntimeDep, SearcherDep, SettingsDep

@@ -19,7 +19,7 @@ from models.backbones import (
     lite0_weights_path,
     load_lite0,
 )
-from models.imaging import decode
+from models.images.decode import decode
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from models.augment import (
+from models.images.augment import (
     Augment,
     color_jitter,
     gaussian_blur,
@@ -18,7 +18,7 @@ from models.augment import (
     random_resized_crop,
     random_shift,
 )
-from models.data import (
+from models.images.datasets import (
     DataError,
     load_fashion_mnist,
     load_folder,
@@ -27,7 +27,7 @@ from models.data import (
     read_idx,
     split_indices,
 )
-from models.preprocess import Preprocess
+from models.images.preprocess import Preprocess
 
 FMNIST = "/usr/share/datasets/fashion-mnist"
 torch.set_num_threads(1)

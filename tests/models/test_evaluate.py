@@ -8,7 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from models.evaluate import (
+from models.geometry import poincare
+from models.heads import EuclideanSpace, PoincareSpace
+from models.labels import LabelEmbedding
+from models.taxonomy.graph import Taxonomy
+from models.training.evaluate import (
     auroc,
     backoff_hits,
     backoff_predict,
@@ -18,10 +22,6 @@ from models.evaluate import (
     ranked_neighbours,
     retrieval_metrics,
 )
-from models.geometry import poincare
-from models.heads import EuclideanSpace, PoincareSpace
-from models.labels import LabelEmbedding
-from models.taxonomy import Taxonomy
 
 torch.set_num_threads(1)
 

@@ -18,7 +18,7 @@ import torch
 
 from models.backbones import CropPreprocess, load_lite0
 from models.image_model import load_model
-from models.imaging import decode
+from models.images.decode import decode
 from tests.support.cli import cli_status, one_line_error
 from tests.support.photos import PHOTOS
 from tests.support.server import Server, needs_data
@@ -69,7 +69,7 @@ def photos(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def labels_file(tmp_path_factory) -> Path:
     from models.labels import LabelTrainConfig, train_labels
-    from models.taxonomy import Taxonomy, with_words
+    from models.taxonomy.graph import Taxonomy, with_words
 
     tax = with_words(Taxonomy.from_edges(EDGES), "/usr/share/wordnet")
     path = tmp_path_factory.mktemp("labels") / "labels.safetensors"

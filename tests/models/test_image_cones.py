@@ -8,7 +8,7 @@ import pytest
 from models.geometry import cones
 from models.labels.construct import cap_construction
 from models.prototypes import Prototypes, deepest_holder, label_cone_spec
-from models.taxonomy import Taxonomy
+from models.taxonomy.graph import Taxonomy
 from tests.support.cones import CAP, cap_labels, hand_tree, in_class_share, tiny_train
 
 
@@ -90,7 +90,7 @@ def test_cone_term_pulls_images_inside_their_class_cone(fm_cap):
 
 
 def test_eval_cone_keys_against_brute_force(fm_cap):
-    from models.evaluate import evaluate_model
+    from models.training.evaluate import evaluate_model
 
     labels, data, test = fm_cap
     model = tiny_train(labels, data, cone_weight=3.0, epochs=1, holdout=["sandal.n.01"])

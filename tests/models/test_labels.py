@@ -18,7 +18,7 @@ from models.labels import (
     hierarchical_start,
     train_labels,
 )
-from models.taxonomy import Taxonomy
+from models.taxonomy.graph import Taxonomy
 
 WORDNET = "/usr/share/wordnet"
 

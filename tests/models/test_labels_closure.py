@@ -17,7 +17,7 @@ from models.labels import (
     train_labels,
 )
 from models.labels.construct import _assign, cap_construction, tree_plan
-from models.taxonomy import Taxonomy
+from models.taxonomy.graph import Taxonomy
 
 WORDNET = "/usr/share/wordnet"
 CAP = cones.cone_spec("cap")
@@ -27,7 +27,7 @@ CAP = cones.cone_spec("cap")
 def default_tax() -> Taxonomy:
     if not os.path.exists(f"{WORDNET}/data.noun"):
         pytest.skip("WordNet files not installed (Debian package wordnet-base)")
-    from models.defaults import default_taxonomy
+    from models.taxonomy.defaults import default_taxonomy
 
     return default_taxonomy(WORDNET)
 

@@ -13,7 +13,7 @@ import pytest
 from models.geometry import cones
 from models.labels import LabelEmbedding, evaluate_cones, evaluate_reconstruction
 from models.labels.construct import _held_pairs, cap_construction
-from models.taxonomy import Taxonomy
+from models.taxonomy.graph import Taxonomy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from _second_parents import geodesic_scan, replace_leaves  # noqa: E402
@@ -84,7 +84,7 @@ def test_geodesic_scan_never_reports_worse_than_the_constructed_point():
 
 @pytest.mark.skipif(not os.path.exists(f"{WORDNET}/data.noun"), reason="WordNet not installed")
 def test_default_taxonomy_moves_keep_the_cones():
-    from models.defaults import default_taxonomy
+    from models.taxonomy.defaults import default_taxonomy
 
     tax = default_taxonomy(WORDNET)
     placed = cap_construction(tax, 10)

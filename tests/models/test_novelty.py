@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from models.evaluate import auroc
 from models.geometry import cones, poincare
 from models.novelty import FeatureNovelty
 from models.placement import ConePlacement
+from models.training.evaluate import auroc
 from tests.support.cones import CAP, around, assert_placed_at, cap_labels, hand_tree, tiny_train
 
 
@@ -190,7 +190,7 @@ def test_a_novel_point_never_lands_at_its_own_class_even_when_the_class_has_kind
     hip boot, ...). A novel image near the kitten is not a kitten: it lands above the
     kitten (at animal, the nearest node over kitten with a child without images: bird),
     not at kitten for the sake of its imageless child tabby."""
-    from models.taxonomy import Taxonomy
+    from models.taxonomy.graph import Taxonomy
 
     base = hand_tree()
     edges = [(n, p) for n in base.names for p in base.parents(n)]
@@ -254,7 +254,7 @@ def test_a_held_out_class_trained_with_the_novelty_rule_lands_under_its_parent(f
 
 
 def test_the_default_rate_is_off_whatever_is_held_out_and_bad_rates_are_refused():
-    from models.train_config import TrainConfig, TrainError
+    from models.training.config import TrainConfig, TrainError
 
     # --holdout removes images and nothing else: it never sets the rule's rate
     assert TrainConfig(holdout=["a", "b"]).resolved_novelty_rate(10) == 0.0

@@ -1,4 +1,4 @@
-"""The auxiliary objectives of issue 12 (models.objectives): each loss, HMLR against an
+"""The auxiliary objectives of issue 12 (models.training.objectives): each loss, HMLR against an
 independent formula, HIER's LCA on a tiny tree, sampled negatives, the product head
 through an index, the unsupervised run's cluster taxonomy."""
 
@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 import torch
 
-from models.augment import Augment
 from models.geometry import poincare
 from models.heads import make_space
-from models.losses import Prototypes, build_criterion, expected_hops, prototype_ce
-from models.objectives import (
+from models.images.augment import Augment
+from models.training.config import MAX_HOP_CLASSES
+from models.training.losses import Prototypes, build_criterion, expected_hops, prototype_ce
+from models.training.objectives import (
     HMLR,
     SSLHead,
     cluster_levels,
@@ -27,9 +28,8 @@ from models.objectives import (
     merge_levels,
     sampled_columns,
 )
-from models.train import TrainConfig, TrainError, train
-from models.train_config import MAX_HOP_CLASSES
-from models.train_setup import class_hops
+from models.training.run import TrainConfig, TrainError, train
+from models.training.setup import class_hops
 from tests.support.training import needs_fmnist, small_labels, tiny_config
 
 
@@ -212,7 +212,7 @@ def test_sampled_negatives_equal_the_full_softmax_when_all_are_sampled():
     z = poincare.expmap0(torch.randn(16, 3, generator=g, dtype=torch.float64) * 0.5, c=1.0)
     y = torch.arange(16) % k
     full = prototype_ce(z, points, target[y], BALL, 1.0, 0.3, exclude=exclude[y])
-    from models.losses import build_criterion
+    from models.training.losses import build_criterion
 
     cfg = TrainConfig(negative_sample=m, tau=1.0)  # more than the others: all sampled
     assert torch.allclose(build_criterion(cfg, BALL, protos)(z, y), full)
@@ -225,7 +225,7 @@ def test_sampled_negatives_equal_the_full_softmax_when_all_are_sampled():
 
 
 def test_auto_negative_sample_keeps_every_node_of_a_small_taxonomy_and_samples_a_large_one():
-    from models.losses import AUTO_FULL_NODES, AUTO_NEGATIVE_SAMPLE, negative_sample_of
+    from models.training.losses import AUTO_FULL_NODES, AUTO_NEGATIVE_SAMPLE, negative_sample_of
 
     cfg = TrainConfig()
     assert cfg.negative_sample == "auto"
@@ -357,7 +357,7 @@ def test_learned_curvature_moves_and_is_saved(labels, tmp_path):
     space.learned = head.curvature
     feats = torch.randn(16, 6, generator=torch.Generator().manual_seed(0))
     y = torch.arange(16) % 4
-    from models.losses import circle_loss
+    from models.training.losses import circle_loss
 
     loss = circle_loss(head(feats), y, space)
     loss.backward()
@@ -373,7 +373,7 @@ def test_learned_curvature_moves_and_is_saved(labels, tmp_path):
     model.save(path)
     back = ImageModel.load(path)
     assert back.curvature == pytest.approx(c, rel=1e-12)
-    from models.data import load_fashion_mnist
+    from models.images.datasets import load_fashion_mnist
     from tests.support.training import FMNIST
 
     images = load_fashion_mnist("test", FMNIST).images[:8]
@@ -552,7 +552,7 @@ def test_busemann_logits_take_the_prototypes_depth_out():
     step; prototype_ce with those offsets equals the softmax computed by hand."""
     from types import SimpleNamespace
 
-    from models.losses import prototype_offsets
+    from models.training.losses import prototype_offsets
 
     g = torch.Generator().manual_seed(3)
     z = poincare.expmap0(torch.randn(5, 4, generator=g, dtype=torch.float64) * 0.7, c=1.0)

@@ -9,8 +9,8 @@ import torch
 
 from models.geometry import cones, poincare
 from models.placement import ConePlacement, PlacementConfig, backoff_choice, class_membership
-from models.taxonomy import Taxonomy
-from models.train_eval import placement_merit
+from models.taxonomy.graph import Taxonomy
+from models.training.validation import placement_merit
 from tests.support.cones import CAP, around, cap_labels, hand_tree, in_class_share, tiny_train
 
 # ---------------------------------------------------------------- move_outward
@@ -181,7 +181,7 @@ def test_placement_keeps_nearest_neighbours_within_a_class():
 
 
 def test_placement_merit_prefers_meeting_both_aims_then_more_at_their_class():
-    from models.train_eval import PLACEMENT_IN_CLASS, PLACEMENT_OTHER
+    from models.training.validation import PLACEMENT_IN_CLASS, PLACEMENT_OTHER
 
     ok = {"val_in_class": PLACEMENT_IN_CLASS, "val_other": PLACEMENT_OTHER}
     more_but_leaky = {"val_in_class": 0.95, "val_other": PLACEMENT_OTHER + 0.01}
@@ -230,7 +230,7 @@ def test_flip_training_embeds_the_mean_of_an_image_and_its_mirror(fm_cap):
     """Training with flips (augment "flip", an option) embeds the mean of an image's and its
     mirror image's features: a mirrored image embeds the same. The default trains without
     augmentation and has no flip average."""
-    from models.train_config import TrainConfig
+    from models.training.config import TrainConfig
 
     labels, data, test = fm_cap
     cfg = TrainConfig().resolved()
@@ -262,7 +262,7 @@ def test_placement_posterior_distance_keeps_no_classifier(fm_cap):
 
 
 def test_placement_needs_cap_labels_at_train_time(fm_cap):
-    from models.train_config import TrainError
+    from models.training.config import TrainError
 
     labels, data, _ = fm_cap
     ganea = cap_labels(labels.taxonomy, dim=labels.dim)

@@ -12,7 +12,7 @@ import torch
 
 from models.checkpoint import CheckpointError
 from models.image_model import load_model
-from models.imaging import decode
+from models.images.decode import decode
 from models.prototypes import nearest_rows
 from tests.support.photos import PHOTOS
 from tests.support.server import needs_data
@@ -98,8 +98,8 @@ def test_a_folder_of_photos_answers_noun_searches(model, home, tmp_path):
     """Index the shipped photos with the pretrained model (the CLI's build path), serve
     them, and search by nouns above the ImageNet classes: the right photo first."""
     from indexing.build import build_index, open_index, plan_path
-    from models.taxonomy import with_words
-    from models.wordnet import WordResolver
+    from models.taxonomy.graph import with_words
+    from models.taxonomy.wordnet import WordResolver
     from service.runtime import open_runtime
     from service.settings import Settings
     from tests.support.server import app_client

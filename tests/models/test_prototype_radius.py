@@ -95,7 +95,7 @@ def _class_distances(model):
 
 
 def test_training_puts_the_trained_classes_at_the_radius(fm_cap):
-    from models.train_config import TrainConfig, TrainError
+    from models.training.config import TrainConfig, TrainError
 
     labels, data, test = fm_cap
     model = tiny_train(labels, data, epochs=2)
@@ -121,7 +121,7 @@ def test_training_puts_the_trained_classes_at_the_radius(fm_cap):
 
 
 def test_placement_is_the_default_with_cap_labels():
-    from models.train_config import TrainConfig
+    from models.training.config import TrainConfig
 
     assert TrainConfig().with_placement(True).placement == "cones"
     assert TrainConfig().with_placement(False).placement == "none"  # no cap cones to fill

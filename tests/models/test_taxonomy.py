@@ -1,4 +1,4 @@
-"""Tests for models.taxonomy and models.wordnet.
+"""Tests for models.taxonomy.graph and models.taxonomy.wordnet.
 
 The WordNet tests read the real WordNet 3.0 database at /usr/share/wordnet
 (Debian package wordnet-base) and skip cleanly when it is missing.  The noun
@@ -13,8 +13,8 @@ import random
 import numpy as np
 import pytest
 
-from models.taxonomy import DEFAULT_WORDNET_DIR, Taxonomy, TaxonomyError, UnknownLabelError
-from models.wordnet import load_wordnet_nouns
+from models.taxonomy.graph import DEFAULT_WORDNET_DIR, Taxonomy, TaxonomyError, UnknownLabelError
+from models.taxonomy.wordnet import load_wordnet_nouns
 
 HAVE_WORDNET = all(
     os.path.isfile(os.path.join(DEFAULT_WORDNET_DIR, f)) for f in ("data.noun", "index.noun")
@@ -526,7 +526,7 @@ def test_pickle_roundtrip(small):
 
 
 def test_word_resolver_plurals_through_wordnet_morphology(tmp_path):
-    from models.wordnet import WordResolver
+    from models.taxonomy.wordnet import WordResolver
 
     t = Taxonomy.from_edges(
         [
@@ -548,7 +548,7 @@ def test_word_resolver_plurals_through_wordnet_morphology(tmp_path):
 
 
 def test_with_words_keeps_a_taxonomy_that_is_not_wordnet(tmp_path):
-    from models.taxonomy import with_words
+    from models.taxonomy.graph import with_words
 
     t = Taxonomy.from_edges([("a", "b")])
     assert with_words(t, None) is t
@@ -557,7 +557,7 @@ def test_with_words_keeps_a_taxonomy_that_is_not_wordnet(tmp_path):
 
 @needs_wordnet
 def test_with_words_adds_wordnet_words_to_synsets():
-    from models.taxonomy import with_words
+    from models.taxonomy.graph import with_words
 
     shoes = Taxonomy.from_wordnet(root="shoe.n.01")
     bare = Taxonomy.from_edges(((c, p) for c in shoes.names for p in shoes.parents(c)), shoes.names)

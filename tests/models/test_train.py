@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from models.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from models.data import FASHION_MNIST_CLASSES, load_fashion_mnist
 from models.image_model import ImageModel
+from models.images.datasets import FASHION_MNIST_CLASSES, load_fashion_mnist
 from models.labels import LabelTrainConfig, train_labels
-from models.taxonomy import Taxonomy
-from models.train import TrainConfig, TrainError, get_lr, train
+from models.taxonomy.graph import Taxonomy
+from models.training.run import TrainConfig, TrainError, get_lr, train
 from tests.support.training import FMNIST, needs_fmnist, shapes_folder, small_labels, tiny_config
 
 
@@ -93,7 +93,7 @@ def test_one_epoch_lowers_loss_and_checkpoint_reloads_identically(labels, tmp_pa
 def test_interrupted_run_resumes_bit_for_bit(labels, tmp_path):
     """A run stopped after its first epoch and resumed ends with the uninterrupted run's weights."""
     torch.set_num_threads(1)
-    from models.data import ImageSet
+    from models.images.datasets import ImageSet
 
     real = load_fashion_mnist("train", FMNIST)
     data = ImageSet(real.images[:800], real.targets[:800], real.classes, real.ids[:800])
@@ -124,7 +124,7 @@ def test_truncated_and_foreign_checkpoints(labels, tmp_path):
 
     from models.encoders import EncoderConfig
     from models.heads import HeadConfig
-    from models.preprocess import Preprocess
+    from models.images.preprocess import Preprocess
 
     model = ImageModel(
         EncoderConfig("conv4", 1, 28, [4, 4, 8, 8]),
@@ -174,7 +174,7 @@ def test_bad_requests(labels):
 @needs_fmnist
 def test_holdout_classes_never_seen(labels):
     torch.set_num_threads(1)
-    from models.data import ImageSet
+    from models.images.datasets import ImageSet
 
     real = load_fashion_mnist("train", FMNIST)
     # the held-out class's images are replaced by NaNs: training would fail if it saw one
@@ -221,8 +221,8 @@ def test_user_folder_with_resnet_and_unlabelled_manifest(labels, tmp_path):
     z = model.embed([np.zeros((50, 70, 3), np.uint8), np.zeros((20, 20), np.uint8)])
     assert z.shape == (2, labels.dim)
     # evaluation of a user's folder (ids, classes and metrics of the same data path)
-    from models.data import load_folder
-    from models.evaluate import evaluate_model
+    from models.images.datasets import load_folder
+    from models.training.evaluate import evaluate_model
 
     data = load_folder(tmp_path / "imgs", model.class_map)
     m = evaluate_model(model, data, ood=False, delta=False)

@@ -104,7 +104,7 @@ def test_labels_train_resumes_from_partial(capsys, mammal_files, tmp_path):
     tsv, _ = mammal_files
     out = tmp_path / "l.labels"
     from models.labels import LabelEmbedding, LabelTrainConfig, train_labels
-    from models.taxonomy import Taxonomy
+    from models.taxonomy.graph import Taxonomy
 
     tax = Taxonomy.from_tsv(tsv)
     cfg = LabelTrainConfig(epochs=3)

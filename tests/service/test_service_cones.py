@@ -13,7 +13,7 @@ from models.geometry import cones as mcones
 from models.geometry import poincare_np
 from models.labels import LabelEmbedding
 from models.labels.construct import cap_construction
-from models.taxonomy import Taxonomy
+from models.taxonomy.graph import Taxonomy
 from service.runtime import Runtime
 from tests.support.server import app_client
 
@@ -276,7 +276,7 @@ def test_cone_levels_by_default_only_for_a_model_that_places_images_in_cones(
     from models.encoders import EncoderConfig
     from models.heads import HeadConfig
     from models.image_model import ImageModel
-    from models.preprocess import Preprocess
+    from models.images.preprocess import Preprocess
 
     leaves = [n for n in LABELS.taxonomy.names if not LABELS.taxonomy.children(n)]
     model = ImageModel(

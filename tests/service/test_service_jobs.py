@@ -209,7 +209,7 @@ def test_a_picture_indexed_from_a_folder_finds_itself_as_a_query(env):
     import numpy as np
     from PIL import Image
 
-    from models.imaging import decode
+    from models.images.decode import decode
     from tests.support.server import fmnist_test_split
 
     rt, root = env

@@ -12,7 +12,7 @@ import torch
 from models.geometry import cones, poincare
 from models.labels import LabelEmbedding
 from models.labels.construct import cap_construction
-from models.taxonomy import Taxonomy
+from models.taxonomy.graph import Taxonomy
 from tests.support.training import EDGES, FMNIST, tiny_config
 
 CAP = cones.cone_spec("cap")
@@ -50,7 +50,7 @@ def fm_cap_sample():
     """``(labels, data, test)``: cap labels of the hand-made WordNet slice
     (:data:`tests.support.training.EDGES`), 1,600 training and 400 test images
     (skips when Fashion-MNIST is not installed)."""
-    from models.data import ImageSet, load_fashion_mnist
+    from models.images.datasets import ImageSet, load_fashion_mnist
 
     if not os.path.isdir(FMNIST):
         pytest.skip("Fashion-MNIST not installed")
@@ -66,7 +66,7 @@ def fm_cap_sample():
 def tiny_train(labels, data, **kw):
     """A 3-epoch run on ``data``: the head's own outputs unless ``kw`` asks for the
     placement, without the expected-hops term unless ``kw`` sets ``hop_weight``."""
-    from models.train import train
+    from models.training.run import train
 
     # without the expected-hops term (on by default: in these 2,000-image runs of 1-3
     # epochs it slows the first steps, and the thresholds of the tests were measured

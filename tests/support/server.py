@@ -45,8 +45,8 @@ _lock = threading.Lock()
 
 @functools.cache
 def small_taxonomy():
-    from models.data import FASHION_MNIST_CLASSES
-    from models.taxonomy import Taxonomy
+    from models.images.datasets import FASHION_MNIST_CLASSES
+    from models.taxonomy.graph import Taxonomy
 
     full = Taxonomy.from_wordnet(WORDNET)
     keep: set[str] = set()
@@ -72,7 +72,7 @@ class Artifacts:
 @functools.cache
 def _artifacts(folder: str) -> Artifacts:
     from models.labels import LabelTrainConfig, train_labels
-    from models.train import TrainConfig, train
+    from models.training.run import TrainConfig, train
 
     torch.set_num_threads(1)
     folder_p = Path(folder)
@@ -101,7 +101,7 @@ def artifacts(tmp_path_factory) -> Artifacts:
 
 @functools.cache
 def fmnist_test_split():
-    from models.data import load_fashion_mnist
+    from models.images.datasets import load_fashion_mnist
 
     return load_fashion_mnist("test", FMNIST)
 

@@ -40,15 +40,15 @@ EDGES = [
 def small_labels(dim: int = 6):
     """Label embeddings of :data:`EDGES` (20 epochs, seeded)."""
     from models.labels import LabelTrainConfig, train_labels
-    from models.taxonomy import Taxonomy
+    from models.taxonomy.graph import Taxonomy
 
     tax = Taxonomy.from_edges(EDGES)
     return train_labels(tax, LabelTrainConfig(dim=dim, epochs=20, burnin=2, seed=0))
 
 
 def tiny_config(**kw):
-    """A :class:`models.train.TrainConfig` for a short run (``kw`` on top)."""
-    from models.train import TrainConfig
+    """A :class:`models.training.run.TrainConfig` for a short run (``kw`` on top)."""
+    from models.training.run import TrainConfig
 
     base = dict(
         epochs=1,

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import os
 
-from .data import FASHION_MNIST_CLASSES
-from .taxonomy import DEFAULT_WORDNET_DIR, Taxonomy
+from ..images.datasets import FASHION_MNIST_CLASSES
+from .graph import DEFAULT_WORDNET_DIR, Taxonomy
 
 #: WordNet subtrees of the default taxonomy: everything worn (clothing and
 #: footwear live under covering.n.02) and every container (bags), plus their

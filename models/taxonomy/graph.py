@@ -8,12 +8,12 @@ direct "parent" edges), so every form of the same hierarchy loads to an equal
 :class:`Taxonomy` with the same ids.
 
 This module is the hierarchy itself (building, ancestors, descendants, LCA,
-hops, siblings, cousins).  Beside it: :mod:`models.taxonomy_tsv` reads and
+hops, siblings, cousins).  Beside it: :mod:`models.taxonomy.tsv` reads and
 writes the ``child<TAB>parent`` files (a node with neither parent nor child
 cannot be written in an edge list, so :meth:`Taxonomy.to_tsv` drops such
-isolated nodes), :mod:`models.taxonomy_words` resolves words and completes
-prefixes, :mod:`models.wordnet` reads WordNet and its morphology, and
-:mod:`models.taxonomy_base` holds the errors.
+isolated nodes), :mod:`models.taxonomy.words` resolves words and completes
+prefixes, :mod:`models.taxonomy.wordnet` reads WordNet and its morphology, and
+:mod:`models.taxonomy.base` holds the errors.
 
 Conventions
 -----------
@@ -38,10 +38,10 @@ from pathlib import Path
 
 import numpy as np
 
-from models.taxonomy_base import EdgeError, TaxonomyError, UnknownLabelError, gc_paused, norm
-from models.taxonomy_tsv import read_tsv, write_tsv
-from models.taxonomy_words import WordIndex, word_of_name
-from models.wordnet import DEFAULT_WORDNET_DIR, load_wordnet_nouns
+from models.taxonomy.base import EdgeError, TaxonomyError, UnknownLabelError, gc_paused, norm
+from models.taxonomy.tsv import read_tsv, write_tsv
+from models.taxonomy.wordnet import DEFAULT_WORDNET_DIR, load_wordnet_nouns
+from models.taxonomy.words import WordIndex, word_of_name
 
 __all__ = [
     "DEFAULT_WORDNET_DIR",
@@ -623,7 +623,7 @@ class Taxonomy:
         among the nodes carrying it; with several, the one with the highest
         ``prefer(name)`` wins, ties (and ``prefer=None``) going to the earliest
         WordNet sense.  Raises :class:`UnknownLabelError` with suggestions.
-        Plurals: :class:`models.wordnet.WordResolver`.
+        Plurals: :class:`models.taxonomy.wordnet.WordResolver`.
         """
         if not isinstance(text, str):
             raise TypeError(f"label must be a string, got {type(text).__name__}")

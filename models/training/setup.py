@@ -1,4 +1,4 @@
-"""The set-up of a training run (:mod:`models.train`): the trained modules
+"""The set-up of a training run (:mod:`models.training.run`): the trained modules
 (:class:`Model`: encoder, head, auxiliary classifier, their space, the label points
 the objective uses), the optimiser, bfloat16 autocast, and the encoder's inputs."""
 
@@ -11,17 +11,17 @@ import geoopt
 import torch
 from torch import nn
 
-from .encoders import EncoderConfig, build_encoder, load_backbone
+from ..encoders import EncoderConfig, build_encoder, load_backbone
+from ..geometry import poincare
+from ..heads import HeadConfig, Space, build_head, make_space
+from ..images.preprocess import normalize
+from ..labels import LabelEmbedding
+from ..prototypes import label_cone_spec
+from .config import TrainConfig, TrainError
+from .data import Prepared
 from .features import pretrained_encoder
-from .geometry import poincare
-from .heads import HeadConfig, Space, build_head, make_space
-from .labels import LabelEmbedding
 from .losses import ConeTargets, Prototypes
 from .objectives import Extras, build_extras
-from .preprocess import normalize
-from .prototypes import label_cone_spec
-from .train_config import TrainConfig, TrainError
-from .train_data import Prepared
 
 
 @dataclass
@@ -35,7 +35,8 @@ class Model:
     protos: Prototypes | None  # the label points the objective and the validation use
     encoder_cfg: EncoderConfig
     head_cfg: HeadConfig
-    extra: Extras | None = None  # the auxiliary terms' parts (models.objectives; dropped after)
+    # the auxiliary terms' parts (models.training.objectives; dropped after)
+    extra: Extras | None = None
     tta: bool = False  # features outside training: the mean of an image's and its mirror's
 
     def modules(self) -> dict[str, nn.Module]:
@@ -81,7 +82,7 @@ def _prototypes(
 
 def class_hops(taxonomy, nodes: list[str]) -> torch.Tensor:
     """(K, K) float32 taxonomy hops between ``nodes`` (:meth:`Taxonomy.hop_table
-    <models.taxonomy.Taxonomy.hop_table>`; nodes without a common ancestor: the longest
+    <models.taxonomy.graph.Taxonomy.hop_table>`; nodes without a common ancestor: the longest
     path found among the others, plus one)."""
     table = taxonomy.hop_table(nodes, missing=-1)
     table[table < 0] = table.max(initial=0) + 1
@@ -110,7 +111,7 @@ def build_model(cfg: TrainConfig, labels: LabelEmbedding, prep: Prepared) -> Mod
     torch.manual_seed(cfg.seed)
     product = None
     if cfg.space is not None:
-        from .geometry.product import ProductSpace
+        from ..geometry.product import ProductSpace
 
         product = ProductSpace.parse(cfg.space)
         if cfg.dim is not None and cfg.dim != product.dim:

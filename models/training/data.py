@@ -13,16 +13,16 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .data import ImageSet, load_dataset, split_indices
+from ..images.datasets import ImageSet, load_dataset, split_indices
+from ..images.preprocess import Preprocess
+from ..labels import LabelEmbedding
+from .config import TrainConfig, TrainError
 from .features import (
     FeatureError,
     backbone_inputs,
     backbone_preprocess,
     is_pretrained_backbone,
 )
-from .labels import LabelEmbedding
-from .preprocess import Preprocess
-from .train_config import TrainConfig, TrainError
 
 __all__ = ["Prepared", "prepare_data"]
 
@@ -38,10 +38,11 @@ class Prepared:
     classes: list[tuple[str, str]]  # every class of the data: (name, taxonomy node)
     seen: list[int]  # class indices used in training (not held out)
     preprocess: Preprocess  # or a pretrained backbone's CropPreprocess
-    # a pretrained backbone (models.features): train/val_pixels hold the frozen part's
+    # a pretrained backbone (models.training.features): train/val_pixels hold the frozen part's
     # cached outputs (float32), not pixels
     features: bool = False
-    feature_cache: dict | None = None  # how they were obtained (models.features.backbone_inputs)
+    # how they were obtained (models.training.features.backbone_inputs)
+    feature_cache: dict | None = None
 
 
 def split_rows(
@@ -79,7 +80,8 @@ def prepare_data(
     progress: bool = False,
 ) -> Prepared:
     """Load the training images, check their classes against the labels, split, preprocess once
-    (with a pretrained backbone: its frozen part's outputs, cached, :mod:`models.features`)."""
+    (with a pretrained backbone: its frozen part's outputs, cached,
+    :mod:`models.training.features`)."""
     if data is None:
         data = load_dataset(
             cfg.dataset if cfg.images is None else None,

@@ -48,8 +48,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .geometry import cones
-from .heads import Space
+from ..geometry import cones
+from ..heads import Space
 
 __all__ = [
     "LOSSES",
@@ -239,7 +239,7 @@ def cone_hinge(
 
 @dataclass
 class Prototypes:
-    """What a labelled objective compares the images with (built by :mod:`models.train`).
+    """What a labelled objective compares the images with (built by :mod:`models.training.run`).
 
     ``classes`` (K, D): the trained classes' prototypes (targets of the margin
     loss and of validation). ``points`` (M, D) with ``target`` (K,): the
@@ -395,7 +395,7 @@ def _ntxent(cfg, space: Space, protos: None) -> Criterion:
 class Objective:
     """A training objective: what it needs, and ``build(cfg, space, protos)`` -> its criterion.
 
-    ``cfg`` is the :class:`~models.train_config.TrainConfig` (``tau``,
+    ``cfg`` is the :class:`~models.training.config.TrainConfig` (``tau``,
     ``pull``, ``margin``); ``protos`` a :class:`Prototypes` when
     ``needs_protos``, else None. With ``two_views`` the criterion gets two
     augmented views of the batch stacked along the first axis.

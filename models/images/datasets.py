@@ -6,8 +6,8 @@
   relative to ``DIR``) or a CSV manifest ``id,path[,label]`` (ids: the ``id``
   column), each class mapped to a taxonomy node.
 
-Decoded images become model inputs through :class:`models.preprocess.Preprocess`;
-training views are :class:`models.augment.Augment`.
+Decoded images become model inputs through :class:`models.images.preprocess.Preprocess`;
+training views are :class:`models.images.augment.Augment`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .imaging import DEFAULT_MAX_PIXELS, IMAGE_SUFFIXES, ImageDecodeError, decode
+from .decode import DEFAULT_MAX_PIXELS, IMAGE_SUFFIXES, ImageDecodeError, decode
 
 DEFAULT_FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
 
@@ -120,7 +120,7 @@ def load_fashion_mnist(
 
 
 def read_image(path: str | os.PathLike, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarray:
-    """Decode one image file (:func:`models.imaging.decode`, the decoder of builds and
+    """Decode one image file (:func:`models.images.decode.decode`, the decoder of builds and
     queries too): uint8 (h, w) for grayscale, (h, w, 3) otherwise."""
     try:
         return decode(path, max_pixels=max_pixels)

@@ -1,4 +1,4 @@
-"""Evaluation during and after a training run (:mod:`models.train`): validation
+"""Evaluation during and after a training run (:mod:`models.training.run`): validation
 metrics, the feature novelty rule fitted, the cone placement's back-offs calibrated on
 the validation split."""
 
@@ -9,10 +9,10 @@ import time
 import torch
 from torch import nn
 
-from .image_model import ImageModel
-from .train_config import TrainConfig
-from .train_data import Prepared
-from .train_setup import Model, autocast, encode, model_inputs
+from ..image_model import ImageModel
+from .config import TrainConfig
+from .data import Prepared
+from .setup import Model, autocast, encode, model_inputs
 
 
 @torch.no_grad()
@@ -72,7 +72,7 @@ def fit_novelty(out: ImageModel, model: Model, prep: Prepared, cfg: TrainConfig)
     ``cfg.novelty_rate`` of the validation images novel; kept in ``out.novelty``,
     ``out.config["novelty_threshold"]`` and ``out.metrics["novelty"]``. Features in
     float32 (no bfloat16 autocast), as :meth:`ImageModel.embed` computes them."""
-    from .novelty import FeatureNovelty
+    from ..novelty import FeatureNovelty
 
     rate = cfg.resolved_novelty_rate(len(prep.classes))
     tr, va = prep.train_targets >= 0, prep.val_targets >= 0
@@ -123,7 +123,7 @@ def calibrate_placement(out: ImageModel, model: Model, prep: Prepared, cfg: Trai
     distances', whichever does better on validation (:func:`placement_merit`;
     ``placement_posterior``, ``metrics["placement_val_in_class"]`` and
     ``["placement_val_other"]``)."""
-    from .placement import ConePlacement, PlacementConfig, calibrate
+    from ..placement import ConePlacement, PlacementConfig, calibrate
 
     if cfg.placement_posterior == "classifier":
         if isinstance(model.aux, nn.Linear):  # kept for the placement's posterior

@@ -1,8 +1,8 @@
 """What the taxonomy modules share: their errors, the word lookup key, a GC pause.
 
-A leaf module (standard library only): :mod:`models.taxonomy`,
-:mod:`models.taxonomy_tsv`, :mod:`models.taxonomy_words` and
-:mod:`models.wordnet` all import it, and it imports none of them.
+A leaf module (standard library only): :mod:`models.taxonomy.graph`,
+:mod:`models.taxonomy.tsv`, :mod:`models.taxonomy.words` and
+:mod:`models.taxonomy.wordnet` all import it, and it imports none of them.
 """
 
 from __future__ import annotations

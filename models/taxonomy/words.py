@@ -1,10 +1,10 @@
 """Words of a taxonomy's nodes: word -> node resolution, autocompletion, suggestions.
 
 :class:`WordIndex` is built from plain data (node names, WordNet lemmas and
-word index when the taxonomy came from WordNet); :class:`models.taxonomy.Taxonomy`
+word index when the taxonomy came from WordNet); :class:`models.taxonomy.graph.Taxonomy`
 builds one lazily and answers ``senses``, ``resolve``, ``complete`` and
 ``suggest`` through it. Plural forms (WordNet morphology) are
-:class:`models.wordnet.WordResolver`'s job.
+:class:`models.taxonomy.wordnet.WordResolver`'s job.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import re
 from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 
-from models.taxonomy_base import UnknownLabelError, gc_paused, norm
+from models.taxonomy.base import UnknownLabelError, gc_paused, norm
 
 __all__ = ["WordIndex", "word_of_name"]
 
@@ -61,7 +61,7 @@ class WordIndex:
 
     def resolve(self, text: str, prefer: Callable[[str], float] | None = None) -> str:
         """Node name for *text*: an exact node name, else a word or phrase
-        (see :meth:`models.taxonomy.Taxonomy.resolve`)."""
+        (see :meth:`models.taxonomy.graph.Taxonomy.resolve`)."""
         if not isinstance(text, str):
             raise TypeError(f"label must be a string, got {type(text).__name__}")
         t = text.strip()
@@ -110,7 +110,7 @@ class WordIndex:
 
     def complete(self, prefix: str, limit: int = 20) -> list[str]:
         """Node names and words starting with *prefix* (see
-        :meth:`models.taxonomy.Taxonomy.complete`)."""
+        :meth:`models.taxonomy.graph.Taxonomy.complete`)."""
         if limit <= 0:
             return []
         keys, display, senses = self._vocabulary()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from ..images.datasets import DEFAULT_FASHION_MNIST_DIR
 from . import features, losses
-from .data import DEFAULT_FASHION_MNIST_DIR
 
 __all__ = ["MAX_HOP_CLASSES", "TrainConfig", "TrainError"]
 
@@ -38,7 +38,7 @@ class TrainConfig:
     pool_first: bool = True  # conv4: conv -> pool -> BN -> ReLU (False: the original order)
     dropout: float = 0.0  # on the encoder's pooled features
     backbone: str | None = None  # a user's pretrained backbone state dict (local file), or
-    # pretrained:efficientnet-lite0 (models.features: frozen, its outputs cached on disk)
+    # pretrained:efficientnet-lite0 (models.training.features: frozen, its outputs cached on disk)
     unfreeze: int = 0  # with a pretrained:NAME backbone: train its last N blocks too
     geometry: str = "poincare"  # "euclidean": the Euclidean twin
     dim: int | None = None  # None: the label embedding's dimension
@@ -83,7 +83,7 @@ class TrainConfig:
     # (models.placement); None: 0 (off), with or without --holdout
     aux: float = 1.0  # weight of an auxiliary softmax classifier on the encoder's features
     # (labelled losses; the classifier is dropped after training)
-    # auxiliary terms (models.objectives; each 0 / "none": off)
+    # auxiliary terms (models.training.objectives; each 0 / "none": off)
     classifier: str = "linear"  # the aux classifier: "linear" on the features, or "hmlr"
     # (hyperbolic multinomial logistic regression on the ball embeddings, Ganea et al. 2018)
     hier_weight: float = 0.0  # HIER (Kim et al. 2023): weight of the hierarchical-proxy term
@@ -287,7 +287,7 @@ class TrainConfig:
         if self.unsupervised and self.objective.needs_labels:
             raise TrainError(f"--unsupervised needs a label-free loss (ntxent), not {self.loss!r}")
         if self.space is not None:
-            from .geometry.product import ProductSpace
+            from ..geometry.product import ProductSpace
 
             try:
                 ProductSpace.parse(self.space)

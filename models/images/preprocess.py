@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .data import DataError
+from .datasets import DataError
 
 
 @dataclass

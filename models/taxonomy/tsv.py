@@ -3,7 +3,8 @@
 One ``child<TAB>parent`` per line; blank lines and lines starting with ``#``
 are ignored. Reading reports every problem as one line that names the file
 and the line; writing is atomic. The graph is built by the caller
-(:meth:`models.taxonomy.Taxonomy.from_tsv` and :meth:`~models.taxonomy.Taxonomy.to_tsv`).
+(:meth:`models.taxonomy.graph.Taxonomy.from_tsv` and
+:meth:`~models.taxonomy.graph.Taxonomy.to_tsv`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
 from models.fileio import atomic_write_bytes, read_named_file
-from models.taxonomy_base import EdgeError, TaxonomyError, gc_paused
+from models.taxonomy.base import EdgeError, TaxonomyError, gc_paused
 
 __all__ = ["read_tsv", "write_tsv"]
 
@@ -26,7 +27,7 @@ def read_tsv(path: str | os.PathLike, build: Callable[[list[tuple[str, str]]], T
 
     Errors name the file and line: a line without exactly two non-empty
     tab-separated fields, a self-loop, an edge that closes a cycle (an
-    :class:`~models.taxonomy_base.EdgeError` raised by ``build``).
+    :class:`~models.taxonomy.base.EdgeError` raised by ``build``).
     """
     path = os.fspath(path)
     data = read_named_file(

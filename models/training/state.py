@@ -17,10 +17,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .checkpoint import CheckpointError, load_checkpoint
-from .image_model import KIND, ImageModel
-from .labels import LabelEmbedding
-from .train_config import TrainConfig, TrainError
+from ..checkpoint import CheckpointError, load_checkpoint
+from ..image_model import KIND, ImageModel
+from ..labels import LabelEmbedding
+from .config import TrainConfig, TrainError
 
 __all__ = ["Resumed", "load_partial_config", "resume_run", "save_run"]
 
@@ -81,7 +81,7 @@ def save_run(
     extra: nn.Module | None = None,
 ) -> None:
     """Write the run state after ``epoch`` epochs (``model``: the one being trained, no metrics;
-    ``extra``: the auxiliary terms' parts, :class:`models.objectives.Extras`)."""
+    ``extra``: the auxiliary terms' parts, :class:`models.training.objectives.Extras`)."""
     tensors, optim = _optimizer_tensors(opt)
     if aux is not None:
         tensors |= {f"aux.{k}": v.detach() for k, v in aux.state_dict().items()}

@@ -4,12 +4,12 @@ Reads top to bottom: the schedule (:func:`get_lr`, :func:`plan_epochs`), one
 epoch (:func:`train_epoch`: views, forward, objective, backward, clipping,
 step), then :func:`train`, which runs the epochs with an evaluation on the
 validation split and a resumable checkpoint after each. The set-up
-(:func:`~models.train_setup.build_model`, :func:`~models.train_setup.build_optimizer`)
-is :mod:`models.train_setup`; the validation and what is fitted after the run
-(the novelty rule, the placement's calibration) :mod:`models.train_eval`. The
-options are :class:`~models.train_config.TrainConfig`, the
-data :func:`~models.train_data.prepare_data`, the run state on disk
-:mod:`models.train_state`, the objectives :data:`models.losses.LOSSES`.
+(:func:`~models.training.setup.build_model`, :func:`~models.training.setup.build_optimizer`)
+is :mod:`models.training.setup`; the validation and what is fitted after the run
+(the novelty rule, the placement's calibration) :mod:`models.training.validation`. The
+options are :class:`~models.training.config.TrainConfig`, the
+data :func:`~models.training.data.prepare_data`, the run state on disk
+:mod:`models.training.state`, the objectives :data:`models.training.losses.LOSSES`.
 
 The default objective (``loss="prototype"``): softmax cross-entropy over
 :math:`-d(z, p)/\tau` against the label points of every taxonomy node (the
@@ -17,11 +17,11 @@ image's class is the target; its ancestors are neither target nor negative;
 held-out classes and their subtrees are left out entirely), plus ``pull``
 times :math:`d(z, p_{class})`, which gathers each class around its label
 point, plus the expected cost :math:`\sum_k p_k\,\mathrm{hops}(y, k)^{2}` of a class
-drawn from the posterior over the trained classes (:func:`models.losses.expected_hops`,
+drawn from the posterior over the trained classes (:func:`models.training.losses.expected_hops`,
 ``hop_weight`` times it, default 1 up to 2,048 trained classes; ``hop_power`` 2;
 :func:`class_hops`): of two wrong posteriors, the one on near relatives costs less.
 With ``cone_weight`` > 0 (default 0: off, see docs/image-model.md; ball geometry) the cone term
-:func:`models.losses.cone_hinge` (``cone_weight`` times it) asks each image to
+:func:`models.training.losses.cone_hinge` (``cone_weight`` times it) asks each image to
 lie inside the cone of its class's label point (in the label checkpoint's cone
 family, :func:`models.prototypes.label_cone_spec`; with nested cones, inside
 every ancestor's too) and outside the cones of the other trained classes; a
@@ -72,17 +72,16 @@ from typing import Any
 import torch
 from torch import nn
 
-from .augment import Augment
-from .data import ImageSet
-from .image_model import ImageModel
-from .labels import LabelEmbedding
+from ..image_model import ImageModel
+from ..images.augment import Augment
+from ..images.datasets import ImageSet
+from ..images.preprocess import normalize
+from ..labels import LabelEmbedding
+from ..prototypes import label_cone_spec
+from .config import TrainConfig, TrainError
+from .data import Prepared, prepare_data
 from .losses import Criterion, build_criterion
-from .preprocess import normalize
-from .prototypes import label_cone_spec
-from .train_config import TrainConfig, TrainError
-from .train_data import Prepared, prepare_data
-from .train_eval import calibrate_placement, fit_novelty, validate
-from .train_setup import (
+from .setup import (
     Model,
     amp_supported,
     autocast,
@@ -91,7 +90,8 @@ from .train_setup import (
     encode,
     model_inputs,
 )
-from .train_state import load_partial_config, resume_run, save_run
+from .state import load_partial_config, resume_run, save_run
+from .validation import calibrate_placement, fit_novelty, validate
 
 __all__ = [
     "Prepared",

@@ -1,6 +1,6 @@
 """The cluster tree of an unsupervised run (``TrainConfig.unsupervised``) as a taxonomy.
 
-:func:`models.objectives.cluster_levels` cuts one average-linkage dendrogram
+:func:`models.training.objectives.cluster_levels` cuts one average-linkage dendrogram
 of the embeddings at a few cluster counts (coarsest first); the cuts nest, so
 the clusters form a tree. :func:`cluster_labels` turns it into a
 :class:`~models.labels.LabelEmbedding`: nodes ``clusters`` (the root) and
@@ -22,8 +22,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .labels import LabelEmbedding
-from .taxonomy import Taxonomy
+from ..labels import LabelEmbedding
+from ..taxonomy.graph import Taxonomy
 
 __all__ = [
     "ROOT",
@@ -54,7 +54,8 @@ def cluster_edges(paths: np.ndarray) -> list[tuple[str, str]]:
 
 
 def cluster_labels(tree: dict, space, curvature: float) -> LabelEmbedding:
-    """The cluster tree of :meth:`models.objectives.Extras.recluster` as label embeddings."""
+    """The cluster tree of :meth:`models.training.objectives.Extras.recluster` as label
+    embeddings."""
     paths = np.asarray(tree["paths"])
     cents = tree["centroids"].to(torch.float64)
     tax = Taxonomy.from_edges(cluster_edges(paths))

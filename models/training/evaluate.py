@@ -62,11 +62,11 @@ import time
 import numpy as np
 import torch
 
-from .data import ImageSet
-from .geometry.cones import membership_margin_np
-from .geometry.delta import delta_hyperbolicity
-from .heads import Space
-from .prototypes import deepest_holder, label_cone_spec
+from ..geometry.cones import membership_margin_np
+from ..geometry.delta import delta_hyperbolicity
+from ..heads import Space
+from ..images.datasets import ImageSet
+from ..prototypes import deepest_holder, label_cone_spec
 
 __all__ = [
     "auroc",

@@ -1,7 +1,8 @@
-r"""Auxiliary objectives of image training, beside the main loss of :data:`models.losses.LOSSES`.
+r"""Auxiliary objectives of image training, beside the main loss of
+:data:`models.training.losses.LOSSES`.
 
 Each is a term added to the main objective with its own weight (options of
-:class:`~models.train_config.TrainConfig`, flags of ``hypsearch train``):
+:class:`~models.training.config.TrainConfig`, flags of ``hypsearch train``):
 
 * :func:`hier_loss` (``hier_weight``; HIER, Kim et al. CVPR 2023):
   learnable proxies in the space of the embeddings (:class:`HierProxies`, on
@@ -52,9 +53,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .geometry import numerics as nm
-from .geometry import poincare
-from .heads import Space
+from ..geometry import numerics as nm
+from ..geometry import poincare
+from ..heads import Space
 from .losses import nt_xent, sampled_columns
 
 __all__ = [
