@@ -49,7 +49,7 @@ def open_runtime(home: Path, folder: Path, model_path: Path | None = None):
     from indexing import HyperbolicIndex
     from indexing.build import build_index, plan_dataset
     from models.image_model import load_model
-    from service.runtime import Runtime
+    from service.runtime import runtime_for
 
     torch.set_num_threads(1)
     model = load_model(model_path or home / "model.safetensors")
@@ -58,7 +58,7 @@ def open_runtime(home: Path, folder: Path, model_path: Path | None = None):
 
     plan = plan_dataset("fashion-mnist", "test", DEFAULT_FASHION_MNIST_DIR)
     build_index(model, index, plan, workers=0)
-    return Runtime(index, model.labels, model)
+    return runtime_for(index, model.labels, model)
 
 
 def truth_of(rt) -> dict[str, str]:

@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     from indexing import HyperbolicIndex
     from models.image_model import load_model
     from service import searching
-    from service.runtime import Runtime
+    from service.runtime import runtime_for
 
     torch.set_num_threads(2)
     model = load_model("pretrained:efficientnet-lite0")
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         index = HyperbolicIndex(dim=model.dim, curvature=model.curvature, path=Path(tmp) / "idx")
         index.add(z, names)
-        rt = Runtime(index, model.labels, model)
+        rt = runtime_for(index, model.labels, model)
         nouns = sorted(
             {a for n in names for k in kinds_of(n) for a in tax.ancestors(k)}
             - {a for a in tax.names if tax.depth(a) < MIN_DEPTH},

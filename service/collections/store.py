@@ -19,7 +19,7 @@ from indexing.build import BuildInputError, OutsideRootsError, check_under_roots
 from indexing.geometry import PoincareIndexSpace, make_index_space
 
 from ..errors import ApiError
-from ..runtime import Runtime
+from ..runtime import BallRuntime, ProductRuntime, Runtime
 from .names import DEFAULT
 from .spaces import cap_labels, check_space, inline_taxonomy, space_name
 
@@ -273,7 +273,7 @@ class StoreMixin:
                     f"the collection's space is {rec['space']}",
                 )
             if not ball:
-                return self._start(Runtime(index, None, image_dir=folder / "images", data_dir=None))
+                return self._start(ProductRuntime(index, image_dir=folder / "images"))
             taxonomy = None
             try:
                 base = self._default_runtime()
@@ -283,7 +283,7 @@ class StoreMixin:
                 taxonomy = base.taxonomy  # with its words already
             if taxonomy is None and all(_SYNSET.match(n) for n in labels.taxonomy.names):
                 taxonomy = with_words(labels.taxonomy, self.settings.wordnet_dir)
-            rt = Runtime(
+            rt = BallRuntime(
                 index,
                 labels,
                 model,

@@ -417,11 +417,11 @@ def test_product_model_builds_an_index_and_answers_search(labels, tmp_path):
         index.close()
 
     from indexing import HyperbolicIndex
-    from service.runtime import Runtime, StartupError
+    from service.runtime import StartupError, runtime_for
 
     other = HyperbolicIndex(dim=8, curvature=1.0, space="poincare:4,sphere:4")
     with pytest.raises(StartupError, match="cannot fill the product-space index poincare:4,sph"):
-        Runtime(other, None, model)
+        runtime_for(other, None, model)
 
     # `hypsearch serve` serves it: search by picture, /v1/embed without labels,
     # label features refused with a 422 that says why
@@ -494,10 +494,10 @@ def test_unsupervised_run_writes_a_cluster_taxonomy(tmp_path):
     cmd = ["index", "build", "--model", str(out), "--images", str(tmp_path / "list.csv")]
     assert main([*cmd, "--out", str(idx), "--quiet", "--json"]) == 0
     from indexing import HyperbolicIndex
-    from service.runtime import Runtime
+    from service.runtime import runtime_for
     from tests.support.server import app_client
 
-    rt = Runtime(HyperbolicIndex.load(idx), model.labels, model)
+    rt = runtime_for(HyperbolicIndex.load(idx), model.labels, model)
     try:
         used = rt.used_labels()
         assert used and set(used) <= set(leaves)

@@ -14,7 +14,7 @@ from models.geometry import poincare_np
 from models.labels import LabelEmbedding
 from models.labels.construct import cap_construction
 from models.taxonomy.graph import Taxonomy
-from service.runtime import Runtime
+from service.runtime import Runtime, runtime_for
 from tests.support.server import app_client
 
 EDGES = [  # child, parent (a tree)
@@ -104,7 +104,7 @@ def items():
 
 def _open(path, items=None) -> Runtime:
     index = HyperbolicIndex(dim=DIM, curvature=1.0, path=path)
-    rt = Runtime(index, LABELS, taxonomy=LABELS.taxonomy)
+    rt = runtime_for(index, LABELS, taxonomy=LABELS.taxonomy)
     if items:
         ids = list(items)
         rt.upsert(ids, np.array([items[i][0] for i in ids]), [items[i][1] for i in ids])
@@ -289,7 +289,7 @@ def test_cone_levels_by_default_only_for_a_model_that_places_images_in_cones(
     )
     assert model.places_in_cones is (cone_weight > 0)
     index = HyperbolicIndex(dim=DIM, curvature=1.0, path=tmp_path / "index")
-    rt = Runtime(index, LABELS, taxonomy=LABELS.taxonomy, model=model)
+    rt = runtime_for(index, LABELS, taxonomy=LABELS.taxonomy, model=model)
     try:
         assert rt.cones_held_share == 1.0  # the labels' cones hold either way
         assert rt.default_levels == levels and rt.cones_hold is (levels == "cone")

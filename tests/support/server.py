@@ -130,13 +130,13 @@ def write_index(art: Artifacts, path: Path, n: int) -> Path:
 
 def make_runtime(art: Artifacts, folder: Path, n: int = 600):
     from indexing import HyperbolicIndex
-    from service.runtime import Runtime
+    from service.runtime import runtime_for
 
     index = HyperbolicIndex(
         dim=art.labels.dim, curvature=art.labels.curvature, path=folder / "index"
     )
     fill_index(index, art.model, n)
-    return Runtime(
+    return runtime_for(
         index,
         art.labels,
         art.model,
@@ -282,7 +282,7 @@ class LoopbackServer:
 
         from indexing import HyperbolicIndex
         from service.app import create_app
-        from service.runtime import Runtime
+        from service.runtime import runtime_for
         from service.settings import Settings
 
         path = folder / "index"
@@ -291,7 +291,7 @@ class LoopbackServer:
             fill_index(index, art.model, n)
         else:
             index = HyperbolicIndex.load(path)
-        rt = Runtime(
+        rt = runtime_for(
             index,
             art.labels,
             art.model,

@@ -1,10 +1,8 @@
-"""What the service holds while it runs: the model, the labels, the index.
+"""The runtime of a Poincaré-ball collection: labels, their cones, hierarchical search.
 
-:class:`Runtime` is built once by the app's lifespan (or by a test, around a
-small index) and injected into the routes (:mod:`service.deps`). It adds to
-the index what HTTP needs and the index does not keep in memory: the label of
-every live item (so answers name labels without a store round trip), how many
-items each label holds, and the label prototypes of the labels in use.
+It adds to the index what HTTP needs and the index does not keep in memory: the
+label prototypes of the labels in use (:class:`_LabelView`, rebuilt when the
+tallies change) and how many items each label holds.
 
 It also installs the label checkpoint's entailment cones on the index
 (:func:`label_cones`: every taxonomy node's point, its cone family
@@ -17,19 +15,14 @@ labels' cones hold their taxonomy (at least :data:`HOLD_SHARE` of the non-root
 nodes inside a parent's cone) and the model puts images inside them (its
 ``places_in_cones``: trained with the cone term, or the pretrained placement;
 with no model, vectors are the user's and the cones are trusted):
-:attr:`Runtime.cones_hold`. Otherwise they are by the taxonomy chain
+:attr:`BallRuntime.cones_hold`. Otherwise they are by the taxonomy chain
 (``"taxonomy"``), and ``/v1/embed`` answers the nearest nodes only.
-
-Every write of the service goes through :meth:`Runtime.upsert` and
-:meth:`Runtime.delete`, so those tallies always match the index.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections import Counter
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,47 +30,21 @@ from typing import Any
 import numpy as np
 
 from indexing import Index, LabelCones
-from indexing.build import open_index
 from indexing.geometry import PoincareIndexSpace, make_index_space
 from models.geometry import cones as mcones
 from models.geometry import poincare_np
 from models.labels import LabelEmbedding
 from models.prototypes import Prototypes, label_cone_spec, prediction_labels
-from models.taxonomy.graph import Taxonomy, with_words
+from models.taxonomy.graph import Taxonomy
 from models.taxonomy.wordnet import WordResolver
 
-from .group_commit import GroupCommit
-from .pictures import Pictures
+from .base import Runtime, StartupError
 
 log = logging.getLogger("service")
-
-__all__ = [
-    "HOLD_SHARE",
-    "LabelsUnsupportedError",
-    "RetiredError",
-    "Runtime",
-    "StartupError",
-    "label_cones",
-    "open_runtime",
-]
 
 #: the share of non-root taxonomy nodes that a parent's cone must hold for the
 #: labels' cones to count as holding the taxonomy (cone levels by default)
 HOLD_SHARE = 0.95
-
-
-class StartupError(Exception):
-    """The service cannot start with these artifacts (one line)."""
-
-
-class LabelsUnsupportedError(Exception):
-    """A label, cone or hierarchical feature asked of a product-space collection,
-    which holds vectors only (answered 422)."""
-
-
-class RetiredError(Exception):
-    """A write reached a runtime that was replaced or dropped meanwhile (answered
-    503, to be retried)."""
 
 
 @dataclass(frozen=True)
@@ -90,16 +57,16 @@ class _LabelView:
     anc_or_self: dict[str, frozenset[str]]  # used label -> its ancestors and itself
 
 
-class Runtime:
-    """The loaded model (optional), label embedding, taxonomy and index."""
+class BallRuntime(Runtime):
+    """A Poincaré-ball collection: the loaded model (optional), label embedding,
+    taxonomy and index."""
 
-    #: bounds of a request's filter (``indexing.filters.FilterLimits``; set by the app)
-    filter_limits: Any = None
+    product = False
 
     def __init__(
         self,
         index: Index,
-        labels: LabelEmbedding | None,
+        labels: LabelEmbedding,
         model: Any | None = None,
         *,
         image_dir: str | Path | None = None,
@@ -107,23 +74,9 @@ class Runtime:
         taxonomy: Taxonomy | None = None,
         wordnet_dir: str | Path | None = None,
     ) -> None:
-        self.space = make_index_space(index.dim, index.curvature, index.space)
-        #: a product space: vectors only (no labels, cones or model; :meth:`no_labels`)
-        self.product = not isinstance(self.space, PoincareIndexSpace)
-        if self.product or labels is None:
-            if not self.product:
-                raise StartupError(
-                    "labels: only a product-space collection is served without labels"
-                )
-            geometry = getattr(model, "geometry", "poincare")
-            spec = getattr(getattr(model, "space", None), "spec", None) if model else None
-            if model is not None and (geometry != "product" or spec != self.space.spec):
-                what = f"{geometry} model" if geometry != "product" else f"{spec} model"
-                raise StartupError(
-                    f"model: a {what} cannot fill the product-space index {self.space.spec}"
-                )
-            self._init_vectors_only(index, image_dir, data_dir, model)
-            return
+        space = make_index_space(index.dim, index.curvature, index.space)
+        if not isinstance(space, PoincareIndexSpace):
+            raise StartupError(f"index: the product space {space.spec} has no labels to serve")
         if model is not None and getattr(model, "geometry", "poincare") != "poincare":
             raise StartupError(
                 f"model: a {model.geometry} model cannot be served (the index is a Poincaré ball)"
@@ -141,17 +94,14 @@ class Runtime:
                 f"index: curvature {index.curvature:g} does not match the labels' "
                 f"curvature {labels.curvature:g}"
             )
-        self.index = index
+        super().__init__(index, model, space, image_dir, data_dir)
         self.labels = labels
-        self.model = model
         self.wordnet_dir = wordnet_dir
-        self.retired: str | None = None  # why writes are refused (retire)
         if taxonomy is not None and taxonomy != labels.taxonomy:
             raise StartupError("taxonomy: not the taxonomy the labels were trained on")
         self.taxonomy: Taxonomy = taxonomy if taxonomy is not None else labels.taxonomy
         self.curvature = float(labels.curvature)
         self.dim = int(labels.dim)
-        self.pictures = Pictures(image_dir, data_dir)  # the items' pictures
         # label prototypes, float64 numpy (the per-request geometry runs on the numpy
         # twins of models.geometry.poincare_np: torch costs far more a call on one vector)
         # where the model's embeddings of each label's images gather (the label points,
@@ -165,12 +115,6 @@ class Runtime:
         self._search = self._prototypes.points
         if ball_model and hasattr(model, "search_points"):
             self._search = model.search_points().detach().cpu().double().numpy()
-        self._write_lock = threading.Lock()  # one write at a time (index, then tallies)
-        self._commits = GroupCommit(self._write_lock, self._apply_upsert, self._check_live)
-        self._tally_lock = threading.Lock()  # tallies change or are copied under it
-        self._item_label: dict[str, str | None] = {}
-        self._counts: Counter[str] = Counter()
-        self._version = 0
         self._view: _LabelView | None = None
         self._view_lock = threading.Lock()
         self._under_cache: dict[tuple[int, str], int] = {}
@@ -191,79 +135,22 @@ class Runtime:
         index.set_cones(self.cones)  # recomputes the holders only when the cones changed
         self._load_tallies()
 
-    def _init_vectors_only(self, index: Index, image_dir, data_dir, model=None) -> None:
-        """A product-space runtime: items carry vectors and payloads, no labels; a
-        product-space image model (``hypsearch train --space``), if given, embeds
-        pictures (search by image, picture items, ``/v1/embed`` without labels)."""
-        self.index, self.labels, self.model = index, None, model
-        self.wordnet_dir, self.retired = None, None
-        self.taxonomy = Taxonomy.from_edges([], nodes=())
-        self.curvature = float(index.curvature)
-        self.dim = int(index.dim)
-        self.pictures = Pictures(image_dir, data_dir)  # the items' pictures
-        self._write_lock = threading.Lock()
-        self._commits = GroupCommit(self._write_lock, self._apply_upsert, self._check_live)
-        self._tally_lock = threading.Lock()
-        self._item_label = {}
-        self._counts = Counter()
-        self._version = 0
-        self._view = None
-        self._view_lock = threading.Lock()
-        self._under_cache = {}
-        self.cone_spec, self.cones, self.cones_held_share = {}, None, 0.0
-        self.cones_hold, self.default_levels = False, "taxonomy"
-        self._origin = np.zeros((1, self.dim))
-        self._load_tallies()
-
-    def no_labels(self, what: str = "label and hierarchical searches") -> LabelsUnsupportedError:
-        """The error of a label feature asked of a product-space runtime."""
-        return LabelsUnsupportedError(
-            f"{what}: this collection has the product space {self.space.spec}: label, "
-            "'under' and hierarchical features need a Poincaré-ball collection "
-            "(search it by vector or by id)"
-        )
-
     @property
     def space_name(self) -> str:
-        """The space string: ``poincare:D@c`` or the product's (``poincare:8,sphere:4,...``)."""
-        return self.space.spec if self.product else f"poincare:{self.dim}@{self.curvature:g}"
+        return f"poincare:{self.dim}@{self.curvature:g}"
 
-    # -- tallies --------------------------------------------------------------------
-    def _load_tallies(self) -> None:
-        self._item_label = self.index.item_labels()  # from memory (a sharded index: a call a shard)
-        self._counts.update(lab for lab in self._item_label.values() if lab is not None)
-        self._version += 1
-
-    def _tally(self, item_id: str, label: str | None) -> None:
-        """Record that ``item_id`` now has ``label`` (``None`` with ``delete``)."""
-        old = self._item_label.get(item_id)
-        if old is not None:
-            self._counts[old] -= 1
-            if self._counts[old] <= 0:
-                del self._counts[old]
-        self._item_label[item_id] = label
-        if label is not None:
-            self._counts[label] += 1
-
-    @property
-    def model_version(self) -> str | None:
-        if self.model is None:
-            return None
-        return getattr(self.model, "version", None) or "unsaved"
-
-    def __len__(self) -> int:
-        return len(self.index)
-
-    def label_of(self, item_id: str) -> str | None:
-        return self._item_label.get(item_id)
-
-    def label_counts(self) -> dict[str, int]:
-        with self._tally_lock:
-            return dict(self._counts)
+    def with_index(self, index: Index) -> BallRuntime:
+        return BallRuntime(
+            index,
+            self.labels,
+            self.model,
+            image_dir=self.pictures.folder,
+            data_dir=self.pictures.data_dir,
+            taxonomy=self.taxonomy,
+            wordnet_dir=self.wordnet_dir,
+        )
 
     def _label_view(self) -> _LabelView:
-        if self.product:
-            raise self.no_labels()
         view = self._view
         if view is not None and view.version == self._version:
             return view
@@ -279,7 +166,7 @@ class Runtime:
             return self._view
 
     def used_labels(self) -> tuple[str, ...]:
-        return () if self.product else self._label_view().used
+        return self._label_view().used
 
     def used_under(self, node: str) -> set[str]:
         """Labels in use that are ``node`` or below it."""
@@ -302,8 +189,6 @@ class Runtime:
         most items under it (WordNet's sense order breaks ties); plurals resolve
         through their base forms (:class:`WordResolver`). Raises
         :class:`models.taxonomy.graph.UnknownLabelError`."""
-        if self.product:
-            raise self.no_labels()
         return self._resolver.resolve(text, prefer=lambda n: float(self.items_under(n)))
 
     def label_point(self, name: str) -> np.ndarray:
@@ -320,9 +205,7 @@ class Runtime:
     def nearest_used_labels(self, x: np.ndarray) -> list[str]:
         """For each row of ``x``: the nearest prototype among the labels that
         indexed items carry (every taxonomy node when the index is empty): the one
-        rule of :mod:`models.prototypes`. A product space: ``None`` for each."""
-        if self.product:
-            return [None] * len(x)
+        rule of :mod:`models.prototypes`."""
         return self._label_view().candidates.nearest(x)
 
     def nearest_nodes(self, x: np.ndarray, k: int = 5) -> list[tuple[str, float]]:
@@ -333,9 +216,7 @@ class Runtime:
     def embed_labels(self, x: np.ndarray, k: int = 5) -> list[tuple[str, float]]:
         """The labels of ``/v1/embed``: first the deepest label whose cone holds
         ``x`` (when :attr:`cones_hold` and some cone holds it), then the nearest
-        nodes of the whole taxonomy, ``k`` in all, none twice; none in a product space."""
-        if self.product:
-            return []
+        nodes of the whole taxonomy, ``k`` in all, none twice."""
         near = self.nearest_nodes(x, k)
         holder = self.holder_of(x) if self.cones_hold else None
         if holder is None:
@@ -385,17 +266,8 @@ class Runtime:
         return float(mcones.aperture_np(self.label_point(name), self.cone_spec, c=self.curvature))
 
     def distance_to_origin(self, x: np.ndarray) -> np.ndarray:
-        """Distance to the origin (a product space: the product distance to 0)."""
-        if self.product:
-            x = np.asarray(x, dtype=np.float64)
-            d = self.space.pairwise(np.atleast_2d(x), self._origin)[:, 0]
-            return d if x.ndim == 2 else d[0]
+        """Distance to the origin, of one point (a float) or of rows."""
         return poincare_np.distance_to_origin(x, c=self.curvature)
-
-    def check_points(self, x: np.ndarray, name: str) -> np.ndarray:
-        """Rows of the index's space (:meth:`indexing.geometry.IndexSpace.as_points`),
-        or :class:`indexing.IndexInputError` naming ``name`` and the row."""
-        return self.space.as_points(x, name, allow_1d=True)
 
     def chain(self, label: str, levels: str = "taxonomy") -> list[str]:
         """``[label, parent, grandparent, ..., root]``; where a node has several
@@ -413,83 +285,6 @@ class Runtime:
             p = min(parents, key=lambda n: (-self.items_under(n), self.taxonomy.depth(n), n))
             out.append(p)
             seen.add(p)
-
-    # -- retiring ---------------------------------------------------------------------
-    def retire(self, why: str) -> None:
-        """Refuse every later write (:class:`RetiredError` with ``why``): this runtime
-        is being replaced (an in-place restore) or dropped; a write already running
-        finishes first."""
-        with self._write_lock:
-            self.retired = why
-
-    def _check_live(self) -> None:
-        if self.retired is not None:
-            raise RetiredError(self.retired)
-
-    def with_index(self, index: Index) -> Runtime:
-        """The same model, labels and folders around another index (an in-place restore)."""
-        return Runtime(
-            index,
-            self.labels,
-            self.model,
-            image_dir=self.pictures.folder,
-            data_dir=self.pictures.data_dir,
-            taxonomy=None if self.product else self.taxonomy,
-            wordnet_dir=self.wordnet_dir,
-        )
-
-    # -- writes ---------------------------------------------------------------------
-    def upsert(
-        self,
-        ids: Sequence[str],
-        vectors: np.ndarray,
-        labels: Sequence[str | None],
-        payloads: Sequence[Any] | None = None,
-    ) -> None:
-        """Upsert through the index (durable when this returns), then update the
-        tallies. Raises :class:`indexing.IndexInputError` on bad input (a label
-        given in a product space: :meth:`no_labels`). Concurrent upserts
-        are written together, one transaction and one fsync for all
-        (:mod:`service.group_commit`)."""
-        if self.product and any(lab is not None for lab in labels):
-            raise self.no_labels("label")
-        self._commits.submit(ids, vectors, labels, payloads)
-
-    def _apply_upsert(self, ids, vectors, labels, payloads) -> None:
-        """One group of upserts (unique ids; the write lock held): index, then tallies."""
-        self.index.add(vectors, ids, labels=labels, payloads=payloads)
-        with self._tally_lock:
-            for i, lab in zip(ids, labels, strict=True):
-                self._tally(i, lab)
-            self._version += 1
-
-    def delete(self, ids: Iterable[str]) -> int:
-        ids = list(ids)
-        with self._write_lock:
-            self._check_live()
-            n = self.index.delete(ids)
-            self._untally(ids)
-        return n
-
-    def delete_where(self, where) -> int:
-        """Delete the items passing a filter (:meth:`indexing.Index.delete_where`:
-        one committed transaction, one a shard); returns how many."""
-        with self._write_lock:
-            self._check_live()
-            ids = self.index.delete_where(where)
-            self._untally(ids)
-        return len(ids)
-
-    def _untally(self, ids: list[str]) -> None:
-        with self._tally_lock:
-            for i in ids:
-                if i in self._item_label:
-                    self._tally(i, None)
-                    del self._item_label[i]
-            self._version += 1
-
-    def close(self) -> None:
-        self.index.close()
 
 
 def label_cones(labels: LabelEmbedding, spec: dict) -> tuple[LabelCones, float]:
@@ -520,57 +315,3 @@ def label_cones(labels: LabelEmbedding, spec: dict) -> tuple[LabelCones, float]:
             held += m >= 0
     share = held / len(best) if child else 1.0
     return LabelCones((names, pts), parent, curvature=labels.curvature, spec=spec), share
-
-
-def open_runtime(settings, index=None) -> Runtime:
-    """Load the model (or labels) and open (or create) the index of ``settings``
-    (or serve ``index``, e.g. an :class:`indexing.sharded.ShardedIndex`)."""
-    from models.checkpoint import CheckpointError
-
-    model = None
-    try:
-        if settings.model is not None:
-            from models.image_model import load_model
-
-            spec = str(settings.model)
-            if not spec.startswith("pretrained:") and not Path(spec).is_file():
-                raise StartupError(f"model: no such file {settings.model}")
-            kw = {"cache_dir": Path(settings.home) / "pretrained"}
-            if settings.wordnet_dir is not None:
-                kw["wordnet_dir"] = settings.wordnet_dir
-            model = load_model(spec, **kw) if spec.startswith("pretrained:") else load_model(spec)
-            labels = model.labels
-            if getattr(model, "geometry", "poincare") == "product":
-                labels = None  # a mixed-curvature model: vectors of its space, no label points
-        elif settings.labels is not None:
-            if not Path(settings.labels).is_file():
-                raise StartupError(f"labels: no such file {settings.labels}")
-            labels = LabelEmbedding.load(settings.labels)
-        else:
-            raise StartupError(
-                "give a model (HYPSEARCH_MODEL) or a label checkpoint (HYPSEARCH_LABELS)"
-            )
-    except CheckpointError as e:
-        raise StartupError(str(e)) from None
-    if index is None and labels is None:
-        try:
-            index = open_index(
-                settings.index, dim=model.dim, curvature=1.0, space=model.head_cfg.space
-            )
-        except (ValueError, RuntimeError) as e:  # IndexInputError, IndexStoreError
-            raise StartupError(f"index: {e}") from None
-    if index is None:
-        index = open_index(settings.index, dim=labels.dim, curvature=labels.curvature)
-    try:
-        return Runtime(
-            index,
-            labels,
-            model,
-            image_dir=settings.images_folder,
-            data_dir=settings.data_dir,
-            taxonomy=None if labels is None else with_words(labels.taxonomy, settings.wordnet_dir),
-            wordnet_dir=settings.wordnet_dir,
-        )
-    except BaseException:
-        index.close()
-        raise
