@@ -47,8 +47,9 @@ def open_runtime(home: Path, folder: Path, model_path: Path | None = None):
     import torch
 
     from indexing import HyperbolicIndex
-    from indexing.build import build_index, plan_dataset
     from models.image_model import load_model
+    from service.ingest.build import build_index
+    from service.ingest.plans import plan_dataset
     from service.runtime import runtime_for
 
     torch.set_num_threads(1)

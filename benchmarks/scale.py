@@ -93,11 +93,13 @@ def builds(model_path: str, limit: int | None, workers: int) -> tuple[dict, Path
     """Local build vs Ray build of Fashion-MNIST train + test (the Ray one into 2 shards)."""
     import torch
 
-    from indexing.build import build_index, open_index, plan_dataset
-    from indexing.ray_build import ray_build_index
+    from indexing.batches import open_index
     from indexing.sharded import ShardedIndex
     from models.image_model import load_model
     from models.images.datasets import DEFAULT_FASHION_MNIST_DIR
+    from service.ingest.build import build_index
+    from service.ingest.plans import plan_dataset
+    from service.ingest.ray_build import ray_build_index
 
     torch.set_num_threads(1)
     model = load_model(model_path)

@@ -13,7 +13,7 @@ written before the first one makes a crash between them recoverable::
 to the path, removes the marker and then the old folder (each step fsyncs the
 parent; entries named in ``carry``, such as the uploaded pictures' folder, move
 from the old folder into the new one before it moves). :func:`recover` (run by
-:func:`indexing.build.open_index` and :meth:`indexing.HyperbolicIndex.load`
+:func:`indexing.batches.open_index` and :meth:`indexing.HyperbolicIndex.load`
 before they open a folder) rolls a
 half-done swap forward: with a marker, the new folder ends at the path whatever
 step the crash stopped at; without one (a crash before the marker), the old

@@ -2,7 +2,7 @@
 
 One rule, used by queries (``query.label`` of a vector or image search,
 :meth:`service.runtime.Runtime.nearest_used_labels`), upserts without a label,
-index builds and jobs (:func:`indexing.build.build_index`,
+index builds and jobs (:func:`service.ingest.build.build_index`,
 ``label_source: "predicted"``) and the holding labels of entailment cones
 (:class:`indexing.cones.LabelCones`, over the cones' own labels):
 

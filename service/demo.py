@@ -8,7 +8,7 @@ reuses them afterwards:
 * ``model.safetensors``: the image model trained on the Fashion-MNIST train
   split against them (within :data:`DEMO_BUDGET` seconds in all);
 * ``index/``: the index of the Fashion-MNIST test split, built once by
-  :func:`indexing.build.build_index` (its ``build.json`` marks it complete);
+  :func:`service.ingest.build.build_index` (its ``build.json`` marks it complete);
   afterwards it is only served, so every write acknowledged by the service
   (upserts and deletes) survives restarts.
 
@@ -159,8 +159,9 @@ def _default_index(
     """The index of the Fashion-MNIST test split: built once (the build of the CLI
     and the jobs, resumed when interrupted), then only served (``limit``: only the
     first rows, for tests)."""
-    from indexing.build import plan_dataset
     from models.images.datasets import DEFAULT_FASHION_MNIST_DIR
+
+    from .ingest.plans import plan_dataset
 
     plan = plan_dataset("fashion-mnist", "test", DEFAULT_FASHION_MNIST_DIR)
     plan.sources = plan.sources[:limit]
@@ -177,7 +178,9 @@ def _index_once(
     """The index at ``path`` of ``plan`` by ``model``: reused when its ``build.json``
     names this model and source, else (re)built, an index of another model or source
     kept aside (``<path>.<model>.<time>``); returns its number of items."""
-    from indexing.build import build_index, open_index
+    from indexing.batches import open_index
+
+    from .ingest.build import build_index
 
     marker = path / "build.json"
     if marker.exists():
@@ -221,12 +224,14 @@ def run_photos_pipeline(
 ) -> dict:
     """Index every picture under ``photos`` with ``model_spec`` (built once under
     ``home/photos/``, then reused); returns a summary like :func:`run_default_pipeline`'s.
-    Raises :class:`indexing.build.BuildInputError` for a folder without pictures and
+    Raises :class:`service.ingest.roots.BuildInputError` for a folder without pictures and
     :class:`models.checkpoint.CheckpointError` for a model that does not load."""
     import hashlib
 
-    from indexing.build import BuildInputError, plan_photos
     from models.image_model import load_model
+
+    from .ingest.plans import plan_photos
+    from .ingest.roots import BuildInputError
 
     t0 = time.perf_counter()
     home = Path(home)

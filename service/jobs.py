@@ -1,8 +1,8 @@
 """Background index jobs: one at a time, with progress and cancel.
 
 A job reads a folder or a manifest under the configured data roots
-(:func:`indexing.build.check_under_roots`) and runs the one durable, resumable
-build of the CLI and the demo (:func:`indexing.build.build_index`:
+(:func:`service.ingest.roots.check_under_roots`) and runs the one durable, resumable
+build of the CLI and the demo (:func:`service.ingest.build.build_index`:
 multi-worker loader, batched inference): the ids to embed are those not in the
 index when the job starts, and every batch is written through
 :meth:`service.runtime.Runtime.upsert` (durable, tallies kept) before the
@@ -24,16 +24,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from indexing.build import (
-    BuildInputError,
-    BuildReport,
-    OutsideRootsError,
-    build_index,
-    check_under_roots,
-    plan_path,
-)
+from indexing.batches import BuildReport
 
 from .errors import ApiError
+from .ingest.build import build_index
+from .ingest.plans import plan_path
+from .ingest.roots import BuildInputError, OutsideRootsError, check_under_roots
 
 log = logging.getLogger("service")
 

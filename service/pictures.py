@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from indexing.build import BuildInputError, check_under_roots
+from .ingest.roots import BuildInputError, check_under_roots
 
 log = logging.getLogger("service")
 

@@ -77,3 +77,62 @@ def test_ci_fails_the_ray_tests_it_cannot_run(monkeypatch):
     monkeypatch.delenv("CI")
     with pytest.raises(pytest.skip.Exception):
         cannot_run("no namespace")
+
+
+# What indexing/ may import from models/: the geometry it ranks with, the
+# nearest-prototype rule and atomic file writes -- vectors and payloads, never
+# images, image models or training (those sit above, in service/ingest/).
+INDEXING_MAY_IMPORT = ("models.geometry", "models.prototypes", "models.fileio")
+
+
+def _models_imports(path: Path, package: str) -> set[str]:
+    """The models.* modules a module imports (relative imports resolved)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parts = parts[: len(parts) - (node.level - 1)]
+                base = ".".join(parts + ([base] if base else []))
+            names = [base] + [f"{base}.{a.name}" for a in node.names]
+        else:
+            continue
+        out |= {n for n in names if n == "models" or n.startswith("models.")}
+    return out
+
+
+def _allowed(name: str) -> bool:
+    # "models" alone: `from models import geometry` (the package's docstring only)
+    return name == "models" or any(
+        name == m or name.startswith(m + ".") for m in INDEXING_MAY_IMPORT
+    )
+
+
+def test_indexing_imports_no_image_or_training_code():
+    root = TESTS.parent
+    seen: dict[str, str] = {}  # models module -> the indexing module that first needs it
+    todo = []
+    for path in sorted((root / "indexing").rglob("*.py")):
+        package = ".".join(path.relative_to(root).with_suffix("").parts[:-1])
+        for name in _models_imports(path, package):
+            assert _allowed(name), f"{path.relative_to(root)} imports {name}"
+            todo.append((name, str(path.relative_to(root))))
+    # and what those modules import in turn stays inside the allowed set
+    while todo:
+        name, why = todo.pop()
+        if name in seen:
+            continue
+        seen[name] = why
+        mod = root / Path(*name.split("."))
+        path = mod / "__init__.py" if mod.is_dir() else mod.with_suffix(".py")
+        if not path.is_file():  # a name imported from a module, not a module
+            continue
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        for sub in _models_imports(path, package):
+            assert _allowed(sub), f"{name} (imported by {why}) imports {sub}"
+            todo.append((sub, why))
+    assert seen, "indexing imports nothing from models: the list above is stale"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gzip
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,6 +37,9 @@ FASHION_MNIST_CLASSES: tuple[tuple[str, str], ...] = (
     ("Bag", "bag.n.04"),
     ("Ankle boot", "boot.n.01"),
 )
+
+#: ``inside(real_path)``: whether a listing may read a file (the data roots).
+Inside = Callable[[Path], bool]
 
 _SPLIT_FILES = {"train": "train", "test": "t10k"}
 _IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
@@ -180,14 +184,6 @@ class Listing:
     classes: list[str] = field(default_factory=list)
 
 
-def _inside(real: Path, roots: list[Path] | None) -> bool:
-    return roots is None or any(real == r or r in real.parents for r in roots)
-
-
-def _real_roots(roots) -> list[Path] | None:
-    return None if roots is None else [Path(os.path.realpath(r)) for r in roots]
-
-
 def _image_files(folder: Path) -> list[Path]:
     """The image files under ``folder`` (by suffix), sorted; hidden names are left out,
     symlinked folders are not followed."""
@@ -220,14 +216,14 @@ def list_photos(folder: str | os.PathLike) -> Listing:
     return out
 
 
-def list_folder(folder: str | os.PathLike, roots=None) -> Listing:
+def list_folder(folder: str | os.PathLike, inside: Inside | None = None) -> Listing:
     """The image files of ``DIR/<class name>/...`` (ids: paths relative to ``DIR``).
 
     Classes and files are sorted; hidden names are left out; symlinked folders
-    are not followed. With ``roots``, a class folder or file whose real path is
-    outside them is a problem, not an entry."""
+    are not followed. With ``inside`` (the data roots' test of a real path,
+    :func:`service.ingest.roots.inside_roots`), a class folder or file whose real
+    path it refuses is a problem, not an entry."""
     folder = Path(folder)
-    roots = _real_roots(roots)
     if not folder.is_dir():
         raise DataError(f"{folder}: no such folder")
     try:
@@ -241,30 +237,30 @@ def list_folder(folder: str | os.PathLike, roots=None) -> Listing:
     out = Listing(str(folder), [])
     for d in class_dirs:
         rel_d = d.relative_to(folder).as_posix()
-        if not _inside(Path(os.path.realpath(d)), roots):
+        if inside is not None and not inside(Path(os.path.realpath(d))):
             out.problems.append((rel_d + "/", "outside the data roots", None))
             continue
         out.classes.append(d.name)
         for f in _image_files(d):
             rel = f.relative_to(folder).as_posix()
             real = Path(os.path.realpath(f))
-            if not _inside(real, roots):
+            if inside is not None and not inside(real):
                 out.problems.append((rel, "outside the data roots", rel))
                 continue
             out.entries.append(Listed(rel, d.name, str(real), str(d)))
     return out
 
 
-def list_manifest(path: str | os.PathLike, roots=None) -> Listing:
+def list_manifest(path: str | os.PathLike, inside: Inside | None = None) -> Listing:
     """The rows of a CSV manifest with header ``id,path[,label]``.
 
     Paths are relative to the manifest's folder (or absolute). A row with the
-    wrong number of columns, an empty or repeated id -- and with ``roots``, a
-    path with a ``..`` component or outside the roots -- is a problem."""
+    wrong number of columns, an empty or repeated id -- and with ``inside`` (as
+    for :func:`list_folder`), a path with a ``..`` component or one it refuses --
+    is a problem."""
     import csv
 
     path = Path(path)
-    roots = _real_roots(roots)
     if not path.is_file():
         raise DataError(f"{path}: no such manifest file")
     try:
@@ -298,11 +294,11 @@ def list_manifest(path: str | os.PathLike, roots=None) -> Listing:
             out.problems.append((where, f"duplicate id {item_id!r}", None))
             continue
         p = Path(rel)
-        if roots is not None and ".." in p.parts:
+        if inside is not None and ".." in p.parts:
             out.problems.append((where, "path contains '..'", item_id))
             continue
         real = Path(os.path.realpath(p if p.is_absolute() else path.parent / p))
-        if not _inside(real, roots):
+        if inside is not None and not inside(real):
             out.problems.append((where, "outside the data roots", item_id))
             continue
         seen.add(item_id)

@@ -1,7 +1,7 @@
 """The one image decoder: files and uploaded bytes -> uint8 pixel arrays.
 
 Training (:func:`models.images.datasets.read_image`), index builds
-(:func:`indexing.build.read_picture`) and queries
+(:func:`service.ingest.build.read_picture`) and queries
 (:func:`service.imaging.decode_image`) all decode through :func:`decode`, so
 the same file reaches the model with the same pixels whichever way it comes.
 The rules, in order:

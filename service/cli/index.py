@@ -26,9 +26,11 @@ def _model_and_plan(args: argparse.Namespace, *, ball_only: bool):
     bad input is a :class:`CliError`. Shared by ``index build`` and ``embed``."""
     import torch
 
-    from indexing.build import BuildInputError, plan_dataset, plan_path
     from models.image_model import load_model
     from models.images.datasets import read_class_map
+
+    from ..ingest.plans import plan_dataset, plan_path
+    from ..ingest.roots import BuildInputError
 
     torch.set_num_threads(args.threads)
     need_model("--model", args.model)
@@ -75,8 +77,10 @@ def _connect(address: str):
 
 def cmd_index_build(args: argparse.Namespace) -> int:
     from indexing import IndexInputError, IndexStoreError
-    from indexing.build import build_index, open_index
+    from indexing.batches import open_index
     from indexing.sharded import is_sharded
+
+    from ..ingest.build import build_index
 
     out = Path(args.out)
     if out.exists() and not out.is_dir():
@@ -119,7 +123,7 @@ def cmd_index_build(args: argparse.Namespace) -> int:
         )
     try:
         if ray is not None:
-            from indexing.ray_build import ray_build_index
+            from ..ingest.ray_build import ray_build_index
 
             report = ray_build_index(
                 args.model,
@@ -185,8 +189,10 @@ def cmd_embed(args: argparse.Namespace) -> int:
     import numpy as np
     from tqdm import tqdm
 
-    from indexing.build import BuildReport, embed_plan
+    from indexing.batches import BuildReport
     from models.fileio import atomic_write_bytes
+
+    from ..ingest.build import embed_plan
 
     out = Path(args.out)
     if out.suffix != ".npy":

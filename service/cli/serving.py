@@ -204,10 +204,11 @@ def _demo_photos(args: argparse.Namespace, where) -> int:
     """``demo --photos DIR``: the folder indexed by the pretrained model, then served."""
     from pathlib import Path
 
-    from indexing.build import BuildInputError
     from models.checkpoint import CheckpointError
     from service.demo import PHOTOS_MODEL, run_photos_pipeline
     from service.settings import get_settings
+
+    from ..ingest.roots import BuildInputError
 
     photos = Path(args.photos)
     if not photos.is_dir():

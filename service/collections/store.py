@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from indexing import HyperbolicIndex
-from indexing.build import BuildInputError, OutsideRootsError, check_under_roots
 from indexing.geometry import PoincareIndexSpace, make_index_space
 
 from ..errors import ApiError
+from ..ingest.roots import BuildInputError, OutsideRootsError, check_under_roots
 from ..runtime import BallRuntime, ProductRuntime, Runtime
 from .names import DEFAULT
 from .spaces import cap_labels, check_space, inline_taxonomy, space_name

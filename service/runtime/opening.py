@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from indexing import Index
-from indexing.build import open_index
+from indexing.batches import open_index
 from indexing.geometry import PoincareIndexSpace, make_index_space
 from models.labels import LabelEmbedding
 from models.taxonomy.graph import Taxonomy, with_words

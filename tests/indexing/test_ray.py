@@ -362,8 +362,10 @@ def test_a_shard_that_stays_down_fails_the_query_clearly(tmp_path, ray_cluster):
 def test_ray_build_gives_the_local_build_item_for_item(tmp_path, tmp_path_factory, ray_cluster):
     import torch
 
-    from indexing.build import build_index, open_index, plan_dataset
-    from indexing.ray_build import ray_build_index
+    from indexing.batches import open_index
+    from service.ingest.build import build_index
+    from service.ingest.plans import plan_dataset
+    from service.ingest.ray_build import ray_build_index
     from tests.support.server import FMNIST, artifacts, needs_data
 
     if needs_data.args[0]:

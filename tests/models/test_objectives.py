@@ -385,7 +385,9 @@ def test_learned_curvature_moves_and_is_saved(labels, tmp_path):
 @needs_fmnist
 def test_product_model_builds_an_index_and_answers_search(labels, tmp_path):
     torch.set_num_threads(1)
-    from indexing.build import build_index, open_index, plan_dataset
+    from indexing.batches import open_index
+    from service.ingest.build import build_index
+    from service.ingest.plans import plan_dataset
 
     cfg = tiny_config(
         loss="circle",

@@ -97,9 +97,11 @@ def test_other_placements_and_batches(model, pixels):
 def test_a_folder_of_photos_answers_noun_searches(model, home, tmp_path):
     """Index the shipped photos with the pretrained model (the CLI's build path), serve
     them, and search by nouns above the ImageNet classes: the right photo first."""
-    from indexing.build import build_index, open_index, plan_path
+    from indexing.batches import open_index
     from models.taxonomy.graph import with_words
     from models.taxonomy.wordnet import WordResolver
+    from service.ingest.build import build_index
+    from service.ingest.plans import plan_path
     from service.runtime import open_runtime
     from service.settings import Settings
     from tests.support.server import app_client

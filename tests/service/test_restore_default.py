@@ -217,7 +217,7 @@ def test_a_crash_at_each_step_of_the_swap_ends_whole(tmp_path_factory, step):
     old one for a crash before the marker, the restored one after (rolled forward),
     with the old folder's pictures carried over and nothing left beside it."""
     from indexing import HyperbolicIndex
-    from indexing.build import open_index
+    from indexing.batches import open_index
     from indexing.swap import stage_path
 
     art = artifacts(tmp_path_factory)
@@ -277,7 +277,7 @@ def test_a_server_stopped_mid_restore_comes_back_whole(tmp_path_factory):
     finally:
         srv.stop()
     # the restart: the service opens its index with open_index, which finishes the swap
-    from indexing.build import open_index
+    from indexing.batches import open_index
 
     ix = open_index(index, dim=art.labels.dim, curvature=art.labels.curvature)
     try:

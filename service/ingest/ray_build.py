@@ -1,4 +1,4 @@
-"""The batch build of :mod:`indexing.build` with the embedding on Ray Data::
+"""The batch build of :mod:`service.ingest.build` with the embedding on Ray Data::
 
     ray.init(address)                                   # the caller connects
     plan = plan_dataset("fashion-mnist", "train", data_dir)   # or plan_folder / plan_manifest
@@ -6,7 +6,7 @@
     report = ray_build_index("model.safetensors", model, index, plan, workers=2)
 
 The same plan, the same decoding, labels and payloads as the local build
-(:func:`indexing.build.embed_plan` runs inside each actor on its block of
+(:func:`service.ingest.build.embed_plan` runs inside each actor on its block of
 sources), so the result is the same index, item for item:
 
 * The sources still to embed (ids not in the index when the build starts) are
@@ -30,13 +30,24 @@ from __future__ import annotations
 
 import json
 import threading
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 
-from .build import BuildReport, Plan, _index_labels, embed_plan, pending_sources
-from .interface import Index
+from indexing.batches import (
+    Batch,
+    BuildReport,
+    Write,
+    default_write,
+    index_labels,
+    present,
+    tracked,
+    write_batches,
+)
+from models.images.decode import DEFAULT_MAX_PIXELS
+
+from .build import embed_plan, pending_sources
+from .plans import Plan
 
 __all__ = ["ray_build_index"]
 
@@ -104,47 +115,30 @@ def ray_build_index(
     cpus_per_worker: float = 0.5,
     progress: bool = False,
     resume: bool = True,
-    write: Callable[[list[str], np.ndarray, list[str], list[dict]], None] | None = None,
+    write: Write | None = None,
     labels_in_use: Callable[[], Iterable[str]] | None = None,
     report: BuildReport | None = None,
     cancel: threading.Event | None = None,
     on_progress: Callable[[int], None] | None = None,
     max_pixels: int | None = None,
 ) -> BuildReport:
-    """:func:`indexing.build.build_index` with the embedding on the connected Ray
+    """:func:`service.ingest.build.build_index` with the embedding on the connected Ray
     cluster (see the module docstring). ``model_spec``: what each actor loads
     (a checkpoint path readable on every node, or ``pretrained:NAME``);
     ``model``: the same model, loaded here (its labels and dimension).
     ``cpus_per_worker``: the CPUs each actor asks Ray for."""
     import ray
 
-    from models.images.decode import DEFAULT_MAX_PIXELS
     from models.prototypes import prediction_labels
 
     report = report if report is not None else BuildReport(plan.name)
-    if write is None:
-
-        def write(ids, vectors, labels, payloads):
-            index.add(vectors, ids, labels=labels, payloads=payloads)
-
-    t0 = time.perf_counter()
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=len(plan.sources) + len(plan.skipped), desc="index (ray)", unit="img")
-
-    def advance(n: int) -> None:
-        if bar is not None:
-            bar.update(n)
-        if on_progress is not None:
-            on_progress(n)
-
-    try:
+    total = len(plan.sources) + len(plan.skipped)
+    with tracked(
+        report, total, "index (ray)", progress=progress, on_progress=on_progress
+    ) as advance:
         skip = None
         if resume:
-            present = _present(index, [s.id for s in plan.sources])
-            skip = present.__contains__
+            skip = present(index, [s.id for s in plan.sources]).__contains__
         todo, already = pending_sources(plan, skip, report)
         if already or plan.skipped:
             advance(already + len(plan.skipped))
@@ -152,7 +146,7 @@ def ray_build_index(
             return report
         labels: list[str] = []
         if any(s.label is None for s in todo):  # what embed_plan predicts among
-            in_use = set(labels_in_use() if labels_in_use is not None else _index_labels(index))
+            in_use = set(labels_in_use() if labels_in_use is not None else index_labels(index))
             in_use |= {s.label for s in plan.sources if s.label is not None}
             labels = sorted(prediction_labels(in_use, model.labels.taxonomy.names))
         ctx = ray.data.DataContext.get_current()
@@ -179,30 +173,27 @@ def ray_build_index(
             compute=ray.data.ActorPoolStrategy(size=workers),
             num_cpus=cpus_per_worker,
         )
-        for out in ds.iter_batches(batch_size=None, batch_format="numpy"):
-            if cancel is not None and cancel.is_set():
-                report.cancelled = True
-                break
-            ok = out["skip"] == ""
-            for s, r in zip(out["id"][~ok].tolist(), out["skip"][~ok].tolist(), strict=True):
-                report.skip(s, r)
-            if ok.any():
-                ids = out["id"][ok].tolist()
-                write(
-                    ids,
-                    np.asarray(out["vector"][ok], dtype=np.float64),
-                    out["label"][ok].tolist(),
-                    [json.loads(p) for p in out["payload"][ok].tolist()],
-                )
-                report.indexed += len(ids)
-            advance(len(out["id"]))
-    finally:
-        if bar is not None:
-            bar.close()
-        report.seconds = time.perf_counter() - t0
+        outputs = ds.iter_batches(batch_size=None, batch_format="numpy")
+        batches = _batches(outputs, report, cancel, advance)
+        write_batches(batches, write or default_write(index), report)
     return report
 
 
-def _present(index: Index, ids: list[str]) -> set[str]:
-    """The ids among ``ids`` that the index holds (one call per shard when sharded)."""
-    return {i for i, f in zip(ids, index.contains_many(ids), strict=True) if f}
+def _batches(outputs, report: BuildReport, cancel, advance) -> Iterator[Batch]:
+    """The actors' blocks, in order, as batches to write; their skipped sources go to
+    ``report``; ``advance`` counts a block once it is written."""
+    for out in outputs:
+        if cancel is not None and cancel.is_set():
+            report.cancelled = True
+            return
+        ok = out["skip"] == ""
+        for s, r in zip(out["id"][~ok].tolist(), out["skip"][~ok].tolist(), strict=True):
+            report.skip(s, r)
+        if ok.any():
+            yield Batch(
+                out["id"][ok].tolist(),
+                np.asarray(out["vector"][ok], dtype=np.float64),
+                out["label"][ok].tolist(),
+                [json.loads(p) for p in out["payload"][ok].tolist()],
+            )
+        advance(len(out["id"]))
