@@ -39,10 +39,13 @@ stops them (:meth:`close`).
 Faults: a call to a shard whose actor died is repeated until the actor is back
 (reads, upserts and deletes are idempotent), at most ``timeout`` seconds; past
 that it raises :class:`ShardUnavailableError` naming the shard -- a search never
-answers from some shards only. A write that timed out may still be applied when
-the shard comes back; repeating it is safe. Each shard's part of a batch is
-durable when :meth:`add` returns; a batch spread over several shards is not
-atomic across them when one fails past the timeout (the others keep their part).
+answers from some shards only. With ``fail_fast`` a read does not wait for a
+restart: it fails as soon as its shard's actor is seen down (the call died with
+it, or the GCS says it is not alive after ``shards.PROBE_SECONDS``). A write that
+timed out may still be applied when the shard comes back; repeating it is safe.
+Each shard's part of a batch is durable when :meth:`add` returns; a batch spread
+over several shards is not atomic across them when one fails past the timeout
+(the others keep their part).
 
 Placement (Ray): actors ask for ``num_cpus`` (default 0.25) and, when the
 cluster advertises a custom resource ``hypsearch_shard_<i>`` (``ray start
@@ -135,7 +138,11 @@ class ShardedIndex:
     ``shards``: the number of shards of a new index (an existing one keeps its
     own; a different number is refused). ``ray``: shards in Ray actors of the
     cluster ``ray.init`` connected to (the caller connects), else in this
-    process. ``timeout``: how long a call waits for a restarting shard."""
+    process. ``timeout``: how long a call waits for a restarting shard.
+    ``fail_fast``: reads (searches, gets, counts, scrolls) fail at once with
+    :class:`ShardUnavailableError` when a shard's actor is down instead of waiting
+    for its restart (the service's choice: a 503 now, not a request held for
+    seconds); writes wait either way."""
 
     def __init__(
         self,
@@ -148,6 +155,7 @@ class ShardedIndex:
         backend: str = "auto",
         ray: bool = False,
         timeout: float = 60.0,
+        fail_fast: bool = False,
         num_cpus: float = 0.25,
         **backend_params: Any,
     ) -> None:
@@ -171,6 +179,7 @@ class ShardedIndex:
         else:
             self._shards = LocalShards([ShardServer(*a) for a in args])
         self._ray = ray
+        self._fail_fast = bool(fail_fast)
         self._closed = False
 
     @staticmethod
@@ -251,12 +260,17 @@ class ShardedIndex:
         if self._closed:
             raise RuntimeError("the index is closed")
 
-    def _run(self, calls) -> list:
+    def _run(self, calls, *, read: bool = False) -> list:
+        """The calls' answers; a ``read`` fails at once on a shard that is down when
+        the index was opened with ``fail_fast`` (else it waits for the restart)."""
         self._check_open()
-        return self._shards.run(calls)
+        return self._shards.run(calls, fail_fast=read and self._fail_fast)
 
     def _all(self, method: str, *args, **kwargs) -> list:
         return self._run([(i, method, args, kwargs) for i in range(self._n)])
+
+    def _read_all(self, method: str, *args, **kwargs) -> list:
+        return self._run([(i, method, args, kwargs) for i in range(self._n)], read=True)
 
     def _route(self, ids: Sequence[str]) -> dict[int, list[int]]:
         """Shard -> positions of ``ids`` routed to it."""
@@ -313,19 +327,23 @@ class ShardedIndex:
 
     # -- reads ----------------------------------------------------------------------
     def __len__(self) -> int:
-        return int(sum(self._all("call", "__len__")))
+        return int(sum(self._read_all("call", "__len__")))
 
     def __contains__(self, item_id: object) -> bool:
         if not isinstance(item_id, str):
             return False
         return bool(
-            self._run([(shard_of(item_id, self._n), "call", ("__contains__", item_id), {})])[0]
+            self._run(
+                [(shard_of(item_id, self._n), "call", ("__contains__", item_id), {})], read=True
+            )[0]
         )
 
     def contains_many(self, ids: Sequence[str]) -> list[bool]:
         """``[id in index for id in ids]`` with one call per shard."""
         routed = sorted(self._route(ids).items())
-        got = self._run([(s, "contains", ([ids[j] for j in pos],), {}) for s, pos in routed])
+        got = self._run(
+            [(s, "contains", ([ids[j] for j in pos],), {}) for s, pos in routed], read=True
+        )
         out = [False] * len(ids)
         for (_, pos), flags in zip(routed, got, strict=True):
             for j, f in zip(pos, flags, strict=True):
@@ -346,7 +364,9 @@ class ShardedIndex:
     def get(self, item_id: str) -> Item | None:
         if not isinstance(item_id, str):
             raise IndexInputError(f"id: expected str, got {type(item_id).__name__}")
-        return self._run([(shard_of(item_id, self._n), "call", ("get", item_id), {})])[0]
+        return self._run(
+            [(shard_of(item_id, self._n), "call", ("get", item_id), {})], read=True
+        )[0]
 
     def get_many(self, ids: Sequence[str], *, vectors: bool = True) -> list[Item]:
         """The stored items among ``ids``, in that order (absent ids left out), one
@@ -355,7 +375,8 @@ class ShardedIndex:
         routed = sorted(self._route(ids).items())
         got = self._run(
             [(s, "call", ("get_many", [ids[j] for j in pos]), {"vectors": vectors})
-             for s, pos in routed]
+             for s, pos in routed],
+            read=True,
         )  # fmt: skip
         by_id = {it.id: it for part in got for it in part}
         return [by_id[i] for i in ids if i in by_id]
@@ -364,13 +385,13 @@ class ShardedIndex:
         """The shards' masks one after another (shard 0's slots, then shard 1's, ...):
         as many ``True`` as :meth:`count` of ``where``."""
         f = parse_filter(where, "filter")
-        parts = self._all("call", "filter_mask", f)
+        parts = self._read_all("call", "filter_mask", f)
         return np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
 
     def count(self, where: Filter | Mapping | None = None) -> int:
         """How many live items pass ``where`` (all of them for ``None``)."""
         f = None if where is None else parse_filter(where, "filter")
-        return int(sum(self._all("call", "count", f)))
+        return int(sum(self._read_all("call", "count", f)))
 
     def scroll(
         self,
@@ -387,7 +408,7 @@ class ShardedIndex:
         if after is not None and not isinstance(after, str):
             raise IndexInputError(f"after: expected str, got {type(after).__name__}")
         f = None if where is None else parse_filter(where, "filter")
-        parts = self._all("call", "scroll", f, limit, after)
+        parts = self._read_all("call", "scroll", f, limit, after)
         merged = sorted(i for ids, _ in parts for i in ids)
         more = len(merged) > limit or any(nxt is not None for _, nxt in parts)
         page = merged[:limit]
@@ -422,7 +443,7 @@ class ShardedIndex:
         filters = self._filters(filter_ids=filter_ids, labels=labels, under=under, where=where)
         if ef is not None:
             filters["ef"] = check_pos_int(ef, "ef")
-        parts = self._all("call", "search", q, k, **filters)
+        parts = self._read_all("call", "search", q, k, **filters)
         ids = np.concatenate([p[0] for p in parts], axis=1)
         dists = np.concatenate([p[1] for p in parts], axis=1)
         width = min(k, ids.shape[1])
@@ -468,7 +489,7 @@ class ShardedIndex:
             return table[label]
 
         chain, _ = chain_levels(chain, record)  # checks the chain (IndexInputError)
-        parts = self._all(
+        parts = self._read_all(
             "call", "search_hierarchical", q, chain, _Descendants(table), offset + k, 0, **options
         )
         hits = [h for part in parts for h in part]
@@ -496,7 +517,7 @@ class ShardedIndex:
         filters = self._filters(labels=labels, where=where)
         if extra:
             filters["extra"] = [(str(a), list(b)) for a, b in extra]
-        parts = self._all("call", "entailment_candidates", apex, q, want, **filters)
+        parts = self._read_all("call", "entailment_candidates", apex, q, want, **filters)
         return merge_candidates(parts, want)
 
     def search_entailment(
@@ -538,7 +559,7 @@ class ShardedIndex:
         return dest
 
     def stats(self) -> dict[str, Any]:
-        parts = self._all("call", "stats")
+        parts = self._read_all("call", "stats")
         return {
             "items": sum(p["items"] for p in parts),
             "shards": parts,

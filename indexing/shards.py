@@ -19,6 +19,10 @@ from .store import STORE_FILE
 
 NAMESPACE = "hypsearch"
 START_TIMEOUT = 180.0  # seconds to wait for the shards' actors to start
+#: a read that has waited this long asks the GCS whether its shard's actor is alive:
+#: a shard that is down (restarting, or its node gone) fails the read then (503),
+#: a live but slow one is waited for, up to the timeout
+PROBE_SECONDS = 1.0
 
 
 class ShardUnavailableError(RuntimeError):
@@ -73,7 +77,7 @@ class LocalShards:
     def __init__(self, servers: list[ShardServer]) -> None:
         self.servers = servers
 
-    def run(self, calls: Sequence[tuple[int, str, tuple, dict]]) -> list:
+    def run(self, calls: Sequence[tuple[int, str, tuple, dict]], **_: Any) -> list:
         return [getattr(self.servers[i], m)(*a, **kw) for i, m, a, kw in calls]
 
     def stop(self) -> None:
@@ -92,6 +96,7 @@ class RayShards:
         self.timeout = timeout
         self.owned: list[bool] = []
         self.actors = []
+        self.seen_down: set[int] = set()
         for i, name in enumerate(names):
             try:
                 actor = ray.get_actor(name, namespace=NAMESPACE)
@@ -103,18 +108,35 @@ class RayShards:
         # wait until all are up (a start takes longer than a call)
         self.run([(i, "info", (), {}) for i in range(len(names))], max(timeout, START_TIMEOUT))
 
-    def run(self, calls: Sequence[tuple[int, str, tuple, dict]], timeout=None) -> list:
+    def run(
+        self,
+        calls: Sequence[tuple[int, str, tuple, dict]],
+        timeout=None,
+        *,
+        fail_fast: bool = False,
+    ) -> list:
+        """The calls' answers, in order. A call whose actor died is asked again until
+        the actor is back, at most ``timeout``; with ``fail_fast`` (reads) a shard
+        that is down -- its actor died during the call, or is not alive after
+        :data:`PROBE_SECONDS` -- fails the call at once instead: a query waits for a
+        slow shard, never for a restart."""
         from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
         timeout = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
+        if fail_fast:
+            for i in {c[0] for c in calls} & self.seen_down:  # down at the last look
+                if not self._alive(i):
+                    raise self._down(i)
+                self.seen_down.discard(i)
         refs = [self._submit(c) for c in calls]
         out = []
         for c, ref in zip(calls, refs, strict=True):
             while True:
                 left = deadline - time.monotonic()
+                wait = min(left, PROBE_SECONDS) if fail_fast else left
                 try:
-                    out.append(self.ray.get(ref, timeout=max(left, 0.001)))
+                    out.append(self.ray.get(ref, timeout=max(wait, 0.001)))
                     break
                 except RayTaskError as e:  # the shard's own error (bad input): as it was raised
                     cause = getattr(e, "cause", None)
@@ -122,13 +144,29 @@ class RayShards:
                         raise cause from None
                     raise
                 except RayActorError:
+                    if fail_fast:
+                        raise self._down(c[0]) from None
                     if time.monotonic() >= deadline:
                         raise self._unavailable(c[0], timeout) from None
                     time.sleep(0.05)
                     ref = self._submit(c)  # the actor restarts: ask again
                 except GetTimeoutError:
-                    raise self._unavailable(c[0], timeout) from None
+                    if time.monotonic() >= deadline:
+                        raise self._unavailable(c[0], timeout) from None
+                    if not self._alive(c[0]):  # fail_fast only: a wait shorter than left
+                        raise self._down(c[0]) from None
         return out
+
+    def _alive(self, i: int) -> bool:
+        """Whether the GCS has shard ``i``'s actor alive (``True`` when it cannot say:
+        then the call waits, as for a slow shard)."""
+        try:
+            from ray._private.state import actors
+
+            state = actors(actor_id=self.actors[i]._actor_id.hex())["State"]
+        except Exception:  # noqa: BLE001 - another Ray, or the GCS did not answer
+            return True
+        return state == "ALIVE"
 
     def _submit(self, c):
         i, method, args, kwargs = c
@@ -138,6 +176,14 @@ class RayShards:
         return ShardUnavailableError(
             f"shard {i} of {len(self.names)} ({self.names[i]}) did not answer within "
             f"{timeout:g} s (its actor is restarting or its node is gone); try again"
+        )
+
+    def _down(self, i: int) -> ShardUnavailableError:
+        self.seen_down.add(i)  # the next reads ask the GCS first, without waiting
+        return ShardUnavailableError(
+            f"shard {i} of {len(self.names)} ({self.names[i]}) did not answer: its actor "
+            "died and is restarting (or its node is gone); no partial answer is given, "
+            "try again in a few seconds"
         )
 
     def stop(self) -> None:

@@ -196,7 +196,9 @@ class HypsearchReplica:
         # the serving process's settings, whole (its environment: HYPSEARCH_API_KEY and
         # every limit): a replica's own environment is the Ray node's, not the caller's
         self.settings = settings
-        index = ShardedIndex(self.settings.index, ray=True)  # the running shards, by name
+        # the running shards, by name; a query to a shard that is down answers 503 at
+        # once (``fail_fast``) instead of holding the request until the actor is back
+        index = ShardedIndex(self.settings.index, ray=True, fail_fast=True)
         self.runtime = open_runtime(self.settings, index=index)
 
     def __serve_build_asgi_app__(self):

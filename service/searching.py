@@ -52,6 +52,7 @@ import numpy as np
 
 from indexing import IndexInputError
 from indexing.filters import Filter, parse_filter
+from indexing.sharded import ShardUnavailableError
 from models.geometry import ranking
 from models.taxonomy.graph import UnknownLabelError
 
@@ -487,11 +488,16 @@ def _nearest_rows(rt: Runtime, xs: list, rows: list[int], k: int) -> list:
 def _each(out: list, rows: list[int], batched) -> list:
     """``[(row, value)]`` of ``batched(rows)`` (one value per row), computed for all
     rows at once; should that raise, row by row, each failure becoming that row's
-    answer in ``out`` (and the row left out)."""
+    answer in ``out`` (and the row left out) -- except a shard that is down, which
+    is every row's answer at once (asking row by row would only wait for it again)."""
     if not rows:
         return []
     try:
         return list(zip(rows, batched(rows), strict=True))
+    except ShardUnavailableError as e:  # a shard is down: no row's fault, every row's answer
+        for i in rows:
+            out[i] = e
+        return []
     except Exception:  # noqa: BLE001 - find the row(s) that fail
         pass
     got = []

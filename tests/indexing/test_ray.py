@@ -359,6 +359,38 @@ def test_a_shard_that_stays_down_fails_the_query_clearly(tmp_path, ray_cluster):
 
 
 @ray_mark
+def test_fail_fast_reads_answer_at_once_while_a_shard_restarts(tmp_path, ray_cluster):
+    """``fail_fast``: a search that meets a restarting shard fails within about
+    ``PROBE_SECONDS`` naming it, never waits for the restart; writes still wait;
+    once the shard is back, reads answer again with every item."""
+    from indexing.shards import PROBE_SECONDS
+
+    sharded = ShardedIndex(tmp_path / "ix", shards=2, dim=DIM, ray=True, fail_fast=True)
+    try:
+        x, ids, labels, _ = items(60, seed=5)
+        sharded.add(x, ids, labels=labels)
+        pid = sharded.shard_info()[0]["pid"]
+        ray_cluster.kill(sharded._shards.actors[0], no_restart=False)
+        t0 = time.monotonic()
+        with pytest.raises(ShardUnavailableError, match=r"^shard 0 of 2 .* did not answer"):
+            for _ in range(50):  # the kill is asynchronous: until a search meets it
+                sharded.search(x[:1], k=3)
+                time.sleep(0.05)
+        assert time.monotonic() - t0 < 3 * PROBE_SECONDS + 3
+        t0 = time.monotonic()
+        with pytest.raises(ShardUnavailableError):  # known down: asked at once, no wait
+            sharded.search(x[:1], k=3)
+        assert time.monotonic() - t0 < PROBE_SECONDS + 1
+        more = items(4, seed=6)
+        sharded.add(more[0], more[1])  # a write waits for the restart
+        assert sharded.shard_info()[0]["pid"] != pid
+        got, _ = sharded.search(x[:1], k=1)
+        assert got[0, 0] == ids[0] and len(sharded) == 64
+    finally:
+        sharded.close()
+
+
+@ray_mark
 def test_ray_build_gives_the_local_build_item_for_item(tmp_path, tmp_path_factory, ray_cluster):
     import torch
 

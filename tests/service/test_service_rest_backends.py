@@ -343,8 +343,8 @@ def test_search_batch(server):
 
 def test_a_shard_killed_during_queries_comes_back_with_every_item(server):
     """Ray only: a shard's actor killed while searches run. Every search is answered
-    (200, or 503 naming the shard while it restarts), none hangs, none is a 500;
-    the restarted shard holds every item."""
+    (200, or 503 naming the shard while it restarts) within seconds -- none waits for
+    the restart, none is a 500; the restarted shard holds every item."""
     if server.kind != "ray":
         pytest.skip("a shard actor exists on the Ray server only")
     import hashlib
@@ -388,8 +388,116 @@ def test_a_shard_killed_during_queries_comes_back_with_every_item(server):
         if code == 503:
             assert "shard 0 of 2" in text, text
     assert statuses[-1][0] == 200  # answered again once the shard is back
-    assert max(s for _, _, s in statuses) < 90  # no hang
+    slowest = max(s for _, _, s in statuses)
+    print(
+        f"{len(statuses)} searches, {sum(c == 503 for c, _, _ in statuses)} answered 503, "
+        f"slowest {slowest:.2f} s"
+    )
+    # no hang: a restart took 5.4 s here, for which a search used to wait; now a search
+    # that finds its shard down is answered 503 after at most shards.PROBE_SECONDS (1 s)
+    assert slowest < 4.0, slowest
     assert ray.get(victim.info.remote())["pid"] != pid
     assert server.items() == before
     r = c.post("/v1/count", json={"filter": {"must": [{"key": "label", "match": "bag.n.04"}]}})
     assert r.status_code == 200 and r.json()["count"] > 0
+
+
+#: malformed requests: (method, path, raw body) -- each must get its 4xx with a detail
+MALFORMED = [
+    ("post", "/v1/search", b'{"vector": [0.1, 0.2'),  # not JSON
+    ("post", "/v1/search", b'{"vector": [0.1, 0.2], "k": 3}'),  # wrong dimension
+    ("post", "/v1/search", b'{"vector": "abc", "k": 3}'),
+    ("post", "/v1/search", b'{"label": "no-such-label-zz", "k": 3}'),
+    ("post", "/v1/search", b'{"label": "sneaker", "k": 0}'),
+    ("post", "/v1/search", b'{"label": "sneaker", "k": 10, "filter": {"must": 7}}'),
+    ("post", "/v1/search", b"[1, 2, 3]"),
+    ("post", "/v1/search", b"\xff\xfe garbage"),
+    ("post", "/v1/items/get", b'{"ids": 5}'),
+    ("post", "/v1/count", b'{"filter": {"must": [{"key": "label"}]}}'),
+]
+
+
+def _good_searches(c, bodies, want, stop, lat, bad):
+    while not stop.is_set():
+        for body, ids in zip(bodies, want, strict=True):
+            t0 = time.perf_counter()
+            r = c.post("/v1/search", json=body)
+            lat.append(time.perf_counter() - t0)
+            if r.status_code != 200 or [h["id"] for h in r.json()["results"]] != ids:
+                bad.append((body, r.status_code, r.text[:200]))
+
+
+def test_malformed_requests_under_load_get_4xx_and_slow_nothing(server):
+    """Searches run on two connections while two more send either the same searches
+    (the control) or malformed requests (bad JSON, wrong dimension or type, an
+    unknown label, a bad k or filter, bytes that are not UTF-8) as fast as they are
+    answered, the two phases alternated twice: every malformed request gets its 4xx
+    with a detail, every search its usual answer, none waits long (see below)."""
+    c, dim = server.client, server.dim
+    rng = np.random.default_rng(11)
+    bodies = [{"vector": random_vector(rng, dim, 0.5), "k": 5} for _ in range(4)]
+    bodies += [{"label": "sneaker", "k": 5}, {"label": "bag", "mode": "hierarchical", "k": 5}]
+    want = [[h["id"] for h in c.post("/v1/search", json=b).json()["results"]] for b in bodies]
+    lat: dict[bool, list[float]] = {False: [], True: []}
+    bad: list = []
+    answers: list = []
+
+    def sender(cl, stop):
+        j = 0
+        while not stop.is_set():
+            method, path, raw = MALFORMED[j % len(MALFORMED)]
+            j += 1
+            t0 = time.perf_counter()
+            r = cl.request(
+                method.upper(), path, content=raw, headers={"Content-Type": "application/json"}
+            )
+            answers.append((path, raw, r.status_code, detail_of(r), time.perf_counter() - t0))
+
+    def phase(seconds: float, malformed: bool) -> None:
+        stop = threading.Event()
+        clients = [httpx.Client(base_url=str(c.base_url), timeout=60) for _ in range(4)]
+        measured = [
+            threading.Thread(
+                target=_good_searches, args=(cl, bodies, want, stop, lat[malformed], bad)
+            )
+            for cl in clients[:2]
+        ]
+        if malformed:
+            others = [threading.Thread(target=sender, args=(cl, stop)) for cl in clients[2:]]
+        else:
+            others = [
+                threading.Thread(target=_good_searches, args=(cl, bodies, want, stop, [], bad))
+                for cl in clients[2:]
+            ]
+        threads = measured + others
+        for t in threads:
+            t.start()
+        time.sleep(seconds)
+        stop.set()
+        for t in threads:
+            t.join(120)
+        for cl in clients:
+            cl.close()
+        assert not any(t.is_alive() for t in threads)
+
+    for malformed in (False, True, False, True):
+        phase(3.0, malformed)
+    assert not bad, bad[:5]
+    assert len(answers) >= len(MALFORMED), len(answers)
+    wrong = [(p, raw, s, d) for p, raw, s, d, _ in answers if not (400 <= s < 500 and d)]
+    assert not wrong, wrong[:5]
+    m0, m1 = float(np.median(lat[False])), float(np.median(lat[True]))
+    slowest_bad = max(a[-1] for a in answers)
+    print(
+        f"{server.kind}: search median {m0 * 1e3:.1f} ms next to searches ({len(lat[False])}), "
+        f"{m1 * 1e3:.1f} ms next to {len(answers)} malformed requests ({len(lat[True])}); "
+        f"slowest malformed answer {slowest_bad * 1e3:.0f} ms"
+    )
+    # no stall: a malformed request is answered, and lets the searches be answered,
+    # within the time a search takes on the loaded machine. Their cost is not nil:
+    # the error path (FastAPI's full stack instead of the search fast path, a
+    # pydantic error, difflib suggestions for an unknown label) costs 1.5-4x a
+    # search here, so the median is bounded loosely (2.4x and 5x in two runs on
+    # the shared 2-core machine at load 5-14)
+    assert max(lat[True]) < 2.0 and slowest_bad < 2.0, (max(lat[True]), slowest_bad)
+    assert m1 <= 8 * m0 + 0.020, (m0, m1)
