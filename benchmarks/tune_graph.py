@@ -42,6 +42,7 @@ from indexing import HyperbolicIndex
 from indexing.backends import graph_calibrate, graph_params
 
 DATASETS = FULL + ",nouns:30000"
+TITLE = "Graph backend constants: tuning"
 
 
 def say(*a) -> None:
@@ -148,9 +149,14 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(1)
     load0, started = os.getloadavg()[0], time.time()
-    results = [tune_dataset(args, n, margins) for n in args.datasets.split(",") if n]
-    text = tables(results, args, margins, load0, started)
-    report(text, args.write_results, command=command, title="Graph backend constants: tuning")
+    results, names = [], [n for n in args.datasets.split(",") if n]
+    for name in names:  # the file is written after every dataset (a long run)
+        results.append(tune_dataset(args, name, margins))
+        text = tables(results, args, margins, load0, started)
+        if len(results) < len(names):
+            text += f"\n\n(Partial: {len(results)} of {len(names)} datasets so far.)"
+        if args.write_results or len(results) == len(names):
+            report(text, args.write_results, command=command, title=TITLE)
     return 0
 
 
