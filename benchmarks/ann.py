@@ -659,8 +659,14 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     load0 = os.getloadavg()[0]
     started = time.time()
-    results = [run_dataset(args, name) for name in args.datasets.split(",") if name]
-    report(tables(results, args, load0, started), args.write_results, command=args.command)
+    results, names = [], [n for n in args.datasets.split(",") if n]
+    for name in names:  # the file is written after every dataset (a long run)
+        results.append(run_dataset(args, name))
+        text = tables(results, args, load0, started)
+        if len(results) < len(names):
+            text += f"\n\n(Partial: {len(results)} of {len(names)} datasets so far.)"
+        if args.write_results or len(results) == len(names):
+            report(text, args.write_results, command=args.command)
     return 0
 
 
