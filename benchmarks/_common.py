@@ -84,6 +84,21 @@ def report(text: str, name: str | None, *, command: str, title: str | None = Non
     return path
 
 
+def report_each(names, run, tables, name: str | None, *, command: str, title=None) -> list:
+    """``run(n)`` for each of ``names`` in turn; after each, ``tables(results so far)``
+    is written to ``benchmarks/results/<name>.md`` (:func:`report`; marked partial until
+    the last), so a long run that is stopped keeps what it measured. Returns the results."""
+    results = []
+    for n in names:
+        results.append(run(n))
+        text = tables(results)
+        if len(results) < len(names):
+            text += f"\n\n(Partial: {len(results)} of {len(names)} datasets so far.)"
+        if name or len(results) == len(names):
+            report(text, name, command=command, title=title)
+    return results
+
+
 def read_results(name: str) -> str:
     """The body of ``benchmarks/results/<name>.md``: what follows its header
     (title, date, commit, machine, command)."""

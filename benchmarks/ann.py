@@ -66,7 +66,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import ROOT, add_results_flag, command_line, cpu_model, report
+from _common import ROOT, add_results_flag, command_line, cpu_model, report_each
 
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -659,14 +659,13 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     load0 = os.getloadavg()[0]
     started = time.time()
-    results, names = [], [n for n in args.datasets.split(",") if n]
-    for name in names:  # the file is written after every dataset (a long run)
-        results.append(run_dataset(args, name))
-        text = tables(results, args, load0, started)
-        if len(results) < len(names):
-            text += f"\n\n(Partial: {len(results)} of {len(names)} datasets so far.)"
-        if args.write_results or len(results) == len(names):
-            report(text, args.write_results, command=args.command)
+    report_each(
+        [n for n in args.datasets.split(",") if n],
+        lambda name: run_dataset(args, name),
+        lambda results: tables(results, args, load0, started),
+        args.write_results,
+        command=args.command,
+    )
     return 0
 
 

@@ -35,14 +35,13 @@ import sys
 import time
 
 import numpy as np
-from _common import add_results_flag, command_line, cpu_model, report
+from _common import add_results_flag, command_line, cpu_model, report_each
 from ann import FULL, MIXED, NOUNS, TARGET, exact_truth, make_data, recall
 
 from indexing import HyperbolicIndex
 from indexing.backends import graph_calibrate, graph_params
 
 DATASETS = FULL + ",nouns:30000"
-TITLE = "Graph backend constants: tuning"
 
 
 def say(*a) -> None:
@@ -149,14 +148,14 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(1)
     load0, started = os.getloadavg()[0], time.time()
-    results, names = [], [n for n in args.datasets.split(",") if n]
-    for name in names:  # the file is written after every dataset (a long run)
-        results.append(tune_dataset(args, name, margins))
-        text = tables(results, args, margins, load0, started)
-        if len(results) < len(names):
-            text += f"\n\n(Partial: {len(results)} of {len(names)} datasets so far.)"
-        if args.write_results or len(results) == len(names):
-            report(text, args.write_results, command=command, title=TITLE)
+    report_each(
+        [n for n in args.datasets.split(",") if n],
+        lambda name: tune_dataset(args, name, margins),
+        lambda results: tables(results, args, margins, load0, started),
+        args.write_results,
+        command=command,
+        title="Graph backend constants: tuning",
+    )
     return 0
 
 
