@@ -20,6 +20,16 @@ COLORS = ["red", "green", "blue", "black"]
 LABELS = ["cat", "dog", "bird", "fish", "ant"]
 
 
+def scroll_all(ix, where, size: int) -> list[str]:
+    """Every id ``ix.scroll`` gives for ``where``, page after page of ``size``."""
+    seen, after = [], None
+    while True:
+        page, after = ix.scroll(where, size, after)
+        seen += page
+        if after is None:
+            return seen
+
+
 def _points(rng: np.random.Generator, n: int) -> np.ndarray:
     d = rng.standard_normal((n, DIM))
     return d / np.linalg.norm(d, axis=1, keepdims=True) * rng.uniform(0.05, 0.9, (n, 1))
@@ -224,13 +234,7 @@ def test_search_count_scroll_and_delete_take_a_filter(filled):
     exact, de = ix.search(q, k=10, filter_ids=allowed)
     np.testing.assert_allclose(d, de)
     # scroll: every passing item once, in id order
-    seen, after = [], None
-    while True:
-        page, after = ix.scroll(f, 37, after)
-        seen += page
-        if after is None:
-            break
-    assert seen == sorted(want)
+    assert scroll_all(ix, f, 37) == sorted(want)
     deleted = ix.delete_where(f)
     assert set(deleted) == want and ix.count(f) == 0 and len(ix) == len(items) - len(want)
 
@@ -288,12 +292,7 @@ def test_scroll_lists_every_item_once_while_writes_happen(tmp_path):
     t.start()
     try:
         for where in (None, {"must": [{"key": "payload.keep", "match": True}]}):
-            seen, after = [], None
-            while True:
-                page, after = ix.scroll(where, 50, after)
-                seen += page
-                if after is None:
-                    break
+            seen = scroll_all(ix, where, 50)
             assert len(seen) == len(set(seen))
             assert seen == sorted(seen)
             assert set(stable) <= set(seen)

@@ -26,7 +26,6 @@ from tests.support.server import Server, needs_data
 pytestmark = [
     needs_data,  # WordNet (the words of the class folders)
     pytest.mark.usefixtures("torch_single_thread"),
-    pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`"),
 ]
 
 BACKBONE = "pretrained:efficientnet-lite0"
@@ -40,8 +39,6 @@ EDGES = [
     ("container.n.01", "artifact.n.01"),
     ("artifact.n.01", "entity.n.01"),
 ]
-
-
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,6 @@ from tests.support.server import needs_data
 pytestmark = [
     needs_data,  # WordNet (the label embedding)
     pytest.mark.usefixtures("torch_single_thread"),
-    pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`"),
 ]
 
 SPEC = "pretrained:efficientnet-lite0"

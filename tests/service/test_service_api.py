@@ -26,10 +26,7 @@ from tests.support.server import (
     runtime_fixture,
 )
 
-pytestmark = [
-    needs_data,
-    pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`"),
-]
+pytestmark = needs_data
 
 KEY = "s3cret-key-for-tests"
 

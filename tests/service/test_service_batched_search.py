@@ -23,10 +23,7 @@ from tests.support.server import (
     write_index,
 )
 
-pytestmark = [
-    needs_data,
-    pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`"),
-]
+pytestmark = needs_data
 
 
 rt = runtime_fixture("batched", 400)

@@ -10,10 +10,7 @@ import torch
 
 from tests.support.server import artifacts, make_runtime, needs_data, write_folder
 
-pytestmark = [
-    needs_data,
-    pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`"),
-]
+pytestmark = needs_data
 
 
 @pytest.fixture
