@@ -11,9 +11,10 @@ photo is known to show (:data:`KINDS`: the WordNet synset of what the package's
 documentation calls it -- ``skimage.data.chelsea``: "Chelsea the cat";
 sklearn's ``china.jpg`` and ``flower.jpg``: a building and a flower), graded at
 the most specific node of the label taxonomy at or above that synset: *right*
-when the label is that node or below it, *on the path* when it is right or one
-of the node's ancestors (a vaguer but true answer), and the mean depth of the
-labels.  The backbone's own top-1 ImageNet class is graded the same way.
+when the label is the kind or below it (for a kind the taxonomy lacks: that
+node itself, the nodes below it being other kinds), *vague* when it is one of
+the node's ancestors (a true but less specific answer), and the mean depth of
+the labels.  The backbone's own top-1 ImageNet class is graded the same way.
 
 Throughput: ``model.embed`` on decoded photos of their own sizes (centre crop
 and resize to 224 px included), for each torch thread count and batch size.
@@ -133,10 +134,12 @@ def known_kinds(names: list[str], tax) -> list[tuple[str, str]]:
     return out
 
 
-def grade(label: str, node: str, tax) -> str:
-    """``right`` (``label`` is ``node`` or below it), ``vague`` (an ancestor of
-    ``node``) or ``wrong``."""
-    if label == node or node in tax.ancestors(label):
+def grade(label: str, kind: str, node: str, tax) -> str:
+    """``right`` (``label`` is ``node`` or, when ``node`` is the known ``kind`` itself,
+    below it), ``vague`` (an ancestor of ``node``) or ``wrong``.  A kind the taxonomy
+    lacks is graded at its deepest ancestor there, and the nodes below that one are
+    other kinds than the photo's: wrong."""
+    if label == node or (node == kind and node in tax.ancestors(label)):
         return "right"
     return "vague" if label in tax.ancestors(node) else "wrong"
 
@@ -151,7 +154,7 @@ def placements(model, photos: dict[str, np.ndarray]) -> tuple[list[dict], list[d
     rows, detail = [], {}
 
     def row(how: str, labels: list[str]) -> dict:
-        g = [grade(lab, node, tax) for lab, (_, node) in zip(labels, kinds, strict=True)]
+        g = [grade(lab, *kn, tax) for lab, kn in zip(labels, kinds, strict=True)]
         return {
             "placement": how,
             "right": g.count("right"),
@@ -204,8 +207,9 @@ def table(rows, detail, speed, when: str, model) -> str:
         "",
         "Graded against what each photo is known to show (`KINDS` in benchmarks/photos.py: "
         "the title its package gives it), at the most specific label node at or above that "
-        "kind: *right* = the label is that node or below it, *vague* = one of its ancestors "
-        "(true but less specific), else wrong.",
+        "kind: *right* = the label is the kind or below it (a kind the 1,860 label nodes lack: "
+        "the label is that node, since the nodes below it are other kinds), *vague* = one "
+        "of its ancestors (true but less specific), else wrong.",
         "",
         "| placement | right | right or vague | mean depth of the label |",
         "| --- | ---: | ---: | ---: |",
