@@ -119,7 +119,7 @@ def known_kinds(names: list[str], tax) -> list[tuple[str, str]]:
     """For each photo (rendered ones by their source), its known kind (:data:`KINDS`)
     and the node of the label taxonomy ``tax`` it is graded at: the kind itself when
     ``tax`` has it, else its deepest WordNet ancestor that ``tax`` has."""
-    from models.taxonomy import Taxonomy
+    from models.taxonomy.graph import Taxonomy
 
     wordnet = None
     out = []
