@@ -136,3 +136,68 @@ def test_indexing_imports_no_image_or_training_code():
             assert _allowed(sub), f"{name} (imported by {why}) imports {sub}"
             todo.append((sub, why))
     assert seen, "indexing imports nothing from models: the list above is stale"
+
+
+def _module_file(root: Path, name: str) -> Path | None:
+    path = root / Path(*name.split("."))
+    for f in (path.with_suffix(".py"), path / "__init__.py"):
+        if f.is_file():
+            return f
+    return None
+
+
+def _top_level_names(path: Path) -> set[str] | None:
+    """The names a module defines at its top level (inside top-level ``if`` and ``try``
+    too); None when it may answer any name (a module ``__getattr__``, a star import)."""
+    names: set[str] = set()
+    body = list(ast.parse(path.read_text(encoding="utf-8")).body)
+    while body:
+        node = body.pop()
+        if isinstance(node, ast.If | ast.Try):
+            body += node.body + node.orelse + getattr(node, "finalbody", [])
+            body += [s for h in getattr(node, "handlers", []) for s in h.body]
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            if node.name == "__getattr__":
+                return None
+            names.add(node.name)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            if any(a.name == "*" for a in node.names):
+                return None  # a star import: not followed here
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {n.id for tg in targets for n in ast.walk(tg) if isinstance(n, ast.Name)}
+    return names
+
+
+def test_every_import_of_a_project_module_names_one_that_exists():
+    """Modules move (models/ in subpackages, the ingest in service/): an import of an
+    old path fails here, also in benchmarks/, which no test imports."""
+    root = TESTS.parent
+    missing = []
+    defined: dict[Path, set[str] | None] = {}
+    for folder in ("models", "indexing", "service", "benchmarks", "tests"):
+        for path in sorted((root / folder).rglob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Import):
+                    wanted = [(a.name, None) for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    wanted = [(node.module, a.name) for a in node.names]
+                else:
+                    continue
+                for module, name in wanted:
+                    if module.split(".")[0] not in ("models", "indexing", "service"):
+                        continue
+                    where = f"{path.relative_to(root)}:{node.lineno}"
+                    file = _module_file(root, module)
+                    if file is None:
+                        missing.append(f"{where} imports {module}")
+                        continue
+                    if name is None or name == "*" or _module_file(root, f"{module}.{name}"):
+                        continue
+                    if file not in defined:
+                        defined[file] = _top_level_names(file)
+                    if defined[file] is not None and name not in defined[file]:
+                        missing.append(f"{where} imports {name} from {module}")
+    assert not missing, "\n".join(missing)
