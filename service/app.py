@@ -96,7 +96,7 @@ def _local_swagger_ui() -> str | None:
     return str(path) if (path / "swagger-ui-bundle.js").exists() else None
 
 
-def _served(services: Services, runtime: Runtime) -> Served:
+def _served(services: Services, runtime: Runtime, owned: bool = True) -> Served:
     """The workers of a runtime: searches, and image embeddings when it has a model.
     The runtime gets the settings' bounds on filters and picture paths here (every
     runtime served passes through: the default one, collections, restores)."""
@@ -118,7 +118,7 @@ def _served(services: Services, runtime: Runtime) -> Served:
             max_wait=s.batch_max_wait_ms / 1000.0,
             on_batch=services.metrics.observe_batch,
         )
-    return Served(runtime, searcher, batcher)
+    return Served(runtime, searcher, batcher, owned=owned)
 
 
 def _apply_limits(runtime: Runtime, s: Settings) -> None:
@@ -135,40 +135,22 @@ def _apply_limits(runtime: Runtime, s: Settings) -> None:
         limit(s.filter_cache_columns, s.filter_cache_bytes)
 
 
-def _unloaded(services: Services) -> ApiError:
-    """The answer for the default collection while it holds no index."""
-    if services.load_error:
-        return ApiError(503, "the default collection could not be loaded")
-    return ApiError(503, "the default collection is still loading; retry shortly")
-
-
-def _use_default(services: Services, served: Served) -> None:
-    """Make ``served`` the default collection's (at start, and after an in-place restore)."""
-    runtime = served.runtime
-    services.searcher = served.searcher
-    services.runtime = runtime
-    services.batcher = served.batcher
-    services.metrics.items.set_function(lambda: len(runtime))
-    services.slot.set(served)
+def _items(slot) -> int:
+    """The default collection's items (the metric ``hypsearch_items``)."""
+    served = slot.served
+    return 0 if served is None else len(served.runtime)
 
 
 def _load_collections(services: Services) -> None:
     """Open the named collections, once the default one is loaded (or failed)."""
-    while not services.ready.wait(0.2) and services.load_error is None:
-        pass
+    services.slot.wait_settled()
     services.collections.load()
 
 
-def _restored(services: Services, served: Served) -> None:
-    """The default collection after an in-place restore: its runtime is the app's own."""
-    services.owns_runtime = True
-    _use_default(services, served)
-
-
-def _start(services: Services, runtime: Runtime) -> None:
-    _use_default(services, _served(services, runtime))
+def _start(services: Services, runtime: Runtime, owned: bool = True) -> None:
+    """Serve ``runtime`` as the default collection (its slot ends loading)."""
+    services.slot.set(_served(services, runtime, owned))
     services.metrics.ready.set(1)
-    services.ready.set()
     if services.announce:
         print(services.announce, file=sys.stderr, flush=True)
 
@@ -188,10 +170,10 @@ def _load(services: Services) -> None:
     try:
         rt = open_runtime(services.settings)
     except (StartupError, OSError, ValueError) as e:
-        services.load_error = str(e)
+        services.slot.fail(str(e))
         log.error("loading failed: %s", e)
     except Exception as e:  # noqa: BLE001 - logged in full, reported by /readyz
-        services.load_error = f"{type(e).__name__}: {e}"
+        services.slot.fail(f"{type(e).__name__}: {e}")
         log.exception("loading failed")
     else:
         _freeze_gc()  # before /readyz turns 200: the one full collection is not under load
@@ -221,17 +203,14 @@ def create_app(
 
         torch.set_num_threads(settings.torch_threads)
         setup_logging(settings.log_level, settings.log_json)
-        services.jobs = JobManager(lambda: services.runtime, settings, metrics)
+        slot = services.slot  # the default collection's
+        services.jobs = JobManager(slot.runtime, settings, metrics)
         services.collections = Collections(
-            settings,
-            services.slot,
-            lambda rt: _served(services, rt),
-            unloaded=lambda: _unloaded(services),
-            jobs=services.jobs,
-            on_default=lambda served: _restored(services, served),
+            settings, slot, lambda rt: _served(services, rt), jobs=services.jobs
         )
+        metrics.items.set_function(lambda: _items(slot))
         if runtime is not None:
-            _start(services, runtime)
+            _start(services, runtime, services.owns_runtime)
         else:
             loader = threading.Thread(target=_load, args=(services,), name="load", daemon=True)
             services.loader = loader
@@ -242,15 +221,8 @@ def create_app(
         try:
             yield
         finally:
-            services.collections.close()
+            services.collections.close()  # the default collection too
             services.jobs.close()
-            served = services.slot.served
-            if served is not None:
-                if served.batcher is not None:
-                    served.batcher.close()
-                served.searcher.close()
-                if services.owns_runtime:
-                    served.runtime.close()
 
     swagger = _local_swagger_ui()
     app = FastAPI(

@@ -10,11 +10,9 @@ lifespan; tests build an app around their own small index with
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import hmac
 import threading
-import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any
@@ -24,100 +22,80 @@ from fastapi import Depends, Request
 from indexing import Index
 
 from .batching import MicroBatcher
-from .collections import (
-    DEFAULT,
-    RESTORING,
-    SWAP_WAIT_SECONDS,
-    Collections,
-    DefaultSlot,
-    Served,
-    check_name,
-)
+from .collections import DEFAULT, Collections, Served, Slot, check_name
 from .errors import ApiError
 from .jobs import JobManager
 from .observability import Metrics
 from .runtime import Runtime
 from .settings import Settings
 
-#: how often a request waiting for an in-place restore looks again
-SWAP_POLL_SECONDS = 0.01
 NO_MODEL = "no image model is loaded (start the service with --model / HYPSEARCH_MODEL)"
-#: HTTP answers say only this of why loading failed: the error names artifact
-#: paths, so it goes to the log (and to ``hypsearch serve``'s exit message) only
-SEE_THE_LOG = "the service log says why"
+
 
 
 @dataclass
 class Services:
-    """What the app holds while it runs."""
+    """What the app holds while it runs; for each request, the same with the
+    collection it names leased (:func:`get_services`: :attr:`runtime`,
+    :attr:`searcher` and :attr:`batcher` are that collection's)."""
 
     settings: Settings
     metrics: Metrics
     jobs: JobManager | None = None
+    #: the leased collection's runtime and workers (a request's copy only)
     runtime: Runtime | None = None
     batcher: MicroBatcher | None = None  # image embeddings
     searcher: MicroBatcher | None = None  # searches (searching.search_many)
-    #: why loading failed, in full (paths included): logged, never answered
-    load_error: str | None = None
+    #: whether the app closes a runtime handed to it (tests) at shutdown
     owns_runtime: bool = True
-    ready: threading.Event = field(default_factory=threading.Event)
     #: printed on stderr once the service is ready (``hypsearch serve``'s banner)
     announce: str | None = None
     #: called with :attr:`load_error` when loading fails (``hypsearch serve`` stops)
     on_load_error: Callable[[str], None] | None = None
     #: the thread loading the artifacts, while the app loads its own
     loader: threading.Thread | None = None
-    #: the named collections and aliases (service.collections)
+    #: every collection and alias (service.collections), ``default`` included
     collections: Collections | None = None
-    #: the default collection's runtime and workers, leased by each request
-    #: (:attr:`runtime`, :attr:`searcher` and :attr:`batcher` are its current ones)
-    slot: DefaultSlot = field(default_factory=DefaultSlot)
+    #: the default collection's :class:`Slot` (its registry entry's): loading,
+    #: serving, or swapping during an in-place restore
+    slot: Slot = field(default_factory=lambda: Slot(DEFAULT))
+
+    @property
+    def load_error(self) -> str | None:
+        """Why loading the default collection failed, in full (paths included):
+        logged, never answered."""
+        return self.slot.error
 
 
 async def get_services(request: Request) -> AsyncIterator[Services]:
-    """The app's :class:`Services`; under ``/v1/collections/{collection}/...`` the
-    same with that collection's runtime and workers (aliases resolved; 404 for
-    unknown names), leased until the request is answered."""
+    """The app's :class:`Services` with the runtime and workers of the collection
+    the request names (``/v1/collections/{collection}/...``, aliases resolved, 404
+    for unknown names; ``default`` without one), leased until the request is
+    answered. While it serves nothing (loading, or it failed): 503; during an
+    in-place restore the lease waits for the restored one (:meth:`Slot.lease`)."""
     services = request.app.state.services
     name = request.path_params.get("collection")
-    if (
-        name is None
-        or services.collections is None
-        or services.collections.resolve(check_name(name, "collection")) == DEFAULT
-    ):
-        served = await lease_default(services)
-        if served is None:  # still loading (or failed): the routes answer their 503
-            yield services
-            return
-        try:
-            yield _served_services(services, served)
-        finally:
-            served.release()
-        return
-    served = services.collections.acquire(name)
+    if name is None or services.collections is None:
+        slot = services.slot
+    else:
+        slot = services.collections.slot(check_name(name, "collection"))
+    served = await slot.lease()
     try:
-        yield _served_services(services, served, jobs=None)
+        yield _served_services(services, served)
     finally:
         served.release()
 
 
-async def lease_default(services: Services) -> Served | None:
-    """A lease on the default collection's :class:`Served`; during an in-place
-    restore, waits (without blocking the event loop) for the restored one, at most
-    :data:`SWAP_WAIT_SECONDS` (then 503). ``None`` while nothing is loaded."""
-    slot = services.slot
-    served = slot.try_acquire()
-    if served is not None or not slot.swapping:
-        return served
-    deadline = time.monotonic() + SWAP_WAIT_SECONDS
-    while slot.swapping:
-        if time.monotonic() > deadline:
-            raise ApiError(503, RESTORING)
-        await asyncio.sleep(SWAP_POLL_SECONDS)
-    return await lease_default(services)
-
-
 ServicesDep = Annotated[Services, Depends(get_services)]
+
+
+async def get_app_services(request: Request) -> Services:
+    """The app's :class:`Services` without a lease on any collection (readiness,
+    metrics: they answer while the default collection loads)."""
+    return request.app.state.services
+
+
+AppServicesDep = Annotated[Services, Depends(get_app_services)]
 
 
 async def get_settings_dep(request: Request) -> Settings:
@@ -128,12 +106,7 @@ SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 
 
 async def get_runtime(services: ServicesDep) -> Runtime:
-    rt = services.runtime
-    if rt is None:
-        if services.load_error:
-            raise ApiError(503, f"the service could not load its artifacts ({SEE_THE_LOG})")
-        raise ApiError(503, "the model and the index are still loading; retry shortly")
-    return rt
+    return services.runtime  # set by the lease: get_services answers 503 without one
 
 
 RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
@@ -191,7 +164,8 @@ async def get_jobs(request: Request) -> JobManager:
     writes through :meth:`JobManager.hold`'s guard instead, so during an in-place
     restore a new job is refused at once (409) rather than waiting for it."""
     services = request.app.state.services
-    await get_runtime(services)  # 503 while loading
+    if services.slot.served is None:  # 503 while loading
+        raise services.slot.unavailable()
     assert services.jobs is not None
     return services.jobs
 
@@ -220,12 +194,8 @@ async def require_api_key(request: Request, settings: SettingsDep) -> None:
 WriteAccess = Depends(require_api_key)
 
 
-def _served_services(services: Services, served, **extra) -> Services:
+def _served_services(services: Services, served: Served) -> Services:
     """``services`` with a leased collection's runtime, searcher and batcher."""
     return dataclasses.replace(
-        services,
-        runtime=served.runtime,
-        searcher=served.searcher,
-        batcher=served.batcher,
-        **extra,
+        services, runtime=served.runtime, searcher=served.searcher, batcher=served.batcher
     )

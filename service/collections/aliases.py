@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ApiError
-from .names import DEFAULT, check_name
+from .names import check_name
 
 
 class AliasesMixin:
@@ -15,13 +15,13 @@ class AliasesMixin:
         check_name(alias, "alias")
         check_name(collection, "collection")
         with self._lock:
-            if alias == DEFAULT or alias in self._entries or alias in self._pending:
+            if alias in self._entries or alias in self._pending:
                 raise ApiError(409, f"alias: {alias!r} is the name of a collection")
             if collection in self._aliases:
                 raise ApiError(
                     422, f"collection: {collection!r} is an alias (aliases name collections)"
                 )
-            if collection != DEFAULT and collection not in self._entries:
+            if collection not in self._entries:
                 raise ApiError(404, f"collection: no collection {collection!r}")
             aliases = {**self._aliases, alias: collection}
             self._write_registry(self._entries, aliases)

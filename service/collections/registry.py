@@ -23,7 +23,7 @@ from .names import DEFAULT, check_name, utc_now
 from .restore_default import DefaultRestoreMixin
 from .snapshots import SnapshotsMixin
 from .spaces import check_space, space_name
-from .store import DefaultSlot, Entry, Served, StoreMixin
+from .store import Entry, Served, Slot, StoreMixin
 
 log = logging.getLogger("service")
 
@@ -33,39 +33,33 @@ REGISTRY_FILE = "registry.json"
 class Collections(StoreMixin, AliasesMixin, SnapshotsMixin, DefaultRestoreMixin):
     """The registry of collections and aliases of one service (see the module docstring).
 
-    ``slot``: the default collection's :class:`DefaultSlot`; ``unloaded``: the
-    error answered while it holds nothing (loading, or loading failed);
-    ``start``: builds the :class:`Served` of a runtime (its search worker, and its
-    embedding worker when it has a model); ``jobs``: the index jobs (held off
-    while the default collection is restored in place); ``on_default``: called
-    with the restored default :class:`Served` (the app's fields and metrics)."""
+    ``default``: the default collection's :class:`Slot` (the app fills it once its
+    artifacts are loaded); ``start``: builds the :class:`Served` of a runtime (its
+    search worker, and its embedding worker when it has a model); ``jobs``: the
+    index jobs (held off while the default collection is restored in place)."""
 
     def __init__(
         self,
         settings,
-        slot: DefaultSlot,
+        default: Slot,
         start: Callable[[Runtime], Served],
         *,
-        unloaded: Callable[[], ApiError] = lambda: ApiError(503, "the service is starting"),
         jobs=None,
-        on_default: Callable[[Served], None] | None = None,
     ) -> None:
         self.settings = settings
         self.root = Path(settings.home) / "collections"
-        self.slot = slot
-        self._unloaded = unloaded
         self._start = start
         self._jobs = jobs
-        self._on_default = on_default
         self._lock = threading.RLock()  # changes of the registry, one at a time
         self._default_lock = threading.Lock()  # in-place restores of the default collection
-        self._entries: dict[str, Entry] = {}
+        #: every collection by name, ``default`` included (its record is ``None``)
+        self._entries: dict[str, Entry] = {DEFAULT: Entry(DEFAULT, None, default)}
         self._pending: set[str] = set()  # collections being created (outside the lock)
         self._aliases: dict[str, str] = {}
         self.loaded = threading.Event()
 
     def close(self) -> None:
-        """Close every named collection (at shutdown)."""
+        """Close every collection (at shutdown)."""
         with self._lock:
             for e in self._entries.values():
                 if e.served is not None:
@@ -81,7 +75,9 @@ class Collections(StoreMixin, AliasesMixin, SnapshotsMixin, DefaultRestoreMixin)
     def _write_registry(self, entries: dict[str, Entry], aliases: dict[str, str]) -> None:
         doc = {
             "format": 1,
-            "collections": {n: e.record for n, e in sorted(entries.items())},
+            "collections": {
+                n: e.record for n, e in sorted(entries.items()) if e.record is not None
+            },
             "aliases": dict(sorted(aliases.items())),
         }
         atomic_write_bytes(
@@ -105,24 +101,28 @@ class Collections(StoreMixin, AliasesMixin, SnapshotsMixin, DefaultRestoreMixin)
             for name, rec in records.items():
                 entry = Entry(name, rec)
                 try:
-                    entry.served = self._open(rec)
+                    entry.slot.set(self._open(rec))
                 except (StartupError, ApiError, OSError, ValueError, IndexInputError) as e:
-                    entry.error = str(getattr(e, "detail", e))
-                    log.error("collection %s could not be opened: %s", name, entry.error)
+                    entry.slot.fail(str(getattr(e, "detail", e)))
+                    log.error("collection %s could not be opened: %s", name, entry.slot.error)
                 self._entries[name] = entry
-            self._aliases = {a: c for a, c in aliases.items() if c in records or c == DEFAULT}
+            self._aliases = {a: c for a, c in aliases.items() if c in self._entries}
             self._clean_folders()
         finally:
             self.loaded.set()
 
+    def _named(self) -> list[Entry]:
+        """The collections with a record (every one but the default collection)."""
+        return [e for e in self._entries.values() if e.record is not None]
+
     def _clean_folders(self) -> None:
-        used = {e.record["folder"] for e in self._entries.values()}
+        used = {e.record["folder"] for e in self._named()}
         for p in self.root.glob(".upload-*"):
             p.unlink(missing_ok=True)
         for p in self.root.iterdir():
             if p.is_dir() and p.name not in used and p.name != "_default":
                 shutil.rmtree(p, ignore_errors=True)
-        for e in self._entries.values():
+        for e in self._named():
             folder = self.root / e.record["folder"]
             for p in folder.glob("index-*"):
                 if p.name != e.record["index"]:
@@ -135,71 +135,53 @@ class Collections(StoreMixin, AliasesMixin, SnapshotsMixin, DefaultRestoreMixin)
     def resolve(self, name: str) -> str:
         """The collection a name or an alias names (404 with detail when none)."""
         target = self._aliases.get(name, name)
-        if target == DEFAULT or target in self._entries:
+        if target in self._entries:
             return target
         if not self.loaded.is_set():
             raise ApiError(503, "the collections are still loading; retry shortly")
         raise ApiError(404, f"collection: no collection or alias {name!r}")
 
-    def acquire(self, name: str, wait: float = 0.0) -> Served:
-        """The :class:`Served` of a collection or alias, with a lease (release it).
-        The default collection during an in-place restore: waits up to ``wait``
-        seconds for the restored one (blocking: off the event loop), then 503."""
-        target = self.resolve(name)
-        if target == DEFAULT:
-            served = self.slot.acquire(wait)
-            if served is None:
-                raise self._unloaded()
-            return served
-        entry = self._entries.get(target)
+    def slot(self, name: str) -> Slot:
+        """The :class:`Slot` of a collection or alias (404 when none)."""
+        entry = self._entries.get(self.resolve(name))
         if entry is None:  # dropped meanwhile
             raise ApiError(404, f"collection: no collection or alias {name!r}")
-        served = entry.served
-        if served is None:
-            raise ApiError(
-                503, f"collection {target!r} could not be opened (the service log says why)"
-            )
-        return served.acquire()
+        return entry.slot
 
-    def _entry(self, name: str) -> Entry | None:
-        """The named collection's entry; ``None`` for the default collection."""
-        target = self.resolve(name)
-        return None if target == DEFAULT else self._entries[target]
+    def acquire(self, name: str, wait: float = 0.0) -> Served:
+        """The :class:`Served` of a collection or alias, with a lease (release it).
+        During an in-place restore: waits up to ``wait`` seconds for the restored
+        one (blocking: off the event loop), then 503."""
+        return self.slot(name).acquire(wait)
+
+    def _entry(self, name: str) -> Entry:
+        """The entry of a collection or alias."""
+        return self._entries[self.resolve(name)]
 
     def describe(self, name: str) -> dict[str, Any]:
         target = self.resolve(name)
-        aliases = sorted(a for a, c in self._aliases.items() if c == target)
-        if target == DEFAULT:
-            served = self.acquire(DEFAULT)
-            try:
-                rt = served.runtime
-                out = {
-                    "name": DEFAULT,
-                    "space": rt.space_name,
-                    "model": rt.model_version,
-                    "taxonomy": None,
-                    "created": None,
-                    "aliases": aliases,
-                    "items": len(rt),
-                    "dim": rt.dim,
-                    "curvature": rt.curvature,
-                    "labels": len(rt.taxonomy),
-                }
-            finally:
-                served.release()
-            return out
-        else:
-            entry = self._entries[target]
-            rec = entry.record
-            out = {
-                "name": target,
-                "space": rec["space"],
-                "model": rec.get("model"),
-                "taxonomy": rec.get("taxonomy_source"),
-                "created": rec.get("created"),
-            }
-            rt = entry.served.runtime if entry.served is not None else None
-        out["aliases"] = aliases
+        entry = self._entries[target]
+        if entry.record is not None:
+            served = entry.served
+            return self._described(entry.name, entry.record, served and served.runtime)
+        # the default collection: its facts are its runtime's (503 while it loads)
+        served = entry.slot.acquire()
+        try:
+            rt = served.runtime
+            return self._described(target, {"space": rt.space_name, "model": rt.model_version}, rt)
+        finally:
+            served.release()
+
+    def _described(self, name: str, rec: dict[str, Any], rt: Runtime | None) -> dict[str, Any]:
+        """A collection as the REST API lists it: its record, aliases and runtime's size."""
+        out = {
+            "name": name,
+            "space": rec["space"],
+            "model": rec.get("model"),
+            "taxonomy": rec.get("taxonomy_source"),
+            "created": rec.get("created"),
+            "aliases": sorted(a for a, c in self._aliases.items() if c == name),
+        }
         if rt is not None:
             out.update(items=len(rt), dim=rt.dim, curvature=rt.curvature, labels=len(rt.taxonomy))
         else:
@@ -207,7 +189,7 @@ class Collections(StoreMixin, AliasesMixin, SnapshotsMixin, DefaultRestoreMixin)
         return out
 
     def list(self) -> list[dict[str, Any]]:
-        names = [DEFAULT, *sorted(self._entries)]
+        names = [DEFAULT, *sorted(n for n in self._entries if n != DEFAULT)]
         out = []
         for n in names:
             try:
@@ -233,7 +215,7 @@ class Collections(StoreMixin, AliasesMixin, SnapshotsMixin, DefaultRestoreMixin)
                 "Poincaré ball)",
             )
         with self._lock:
-            if name == DEFAULT or name in self._entries or name in self._pending:
+            if name in self._entries or name in self._pending:
                 raise ApiError(409, f"name: a collection {name!r} exists already")
             if name in self._aliases:
                 raise ApiError(409, f"name: {name!r} is an alias")
@@ -270,7 +252,9 @@ class Collections(StoreMixin, AliasesMixin, SnapshotsMixin, DefaultRestoreMixin)
             shutil.rmtree(path, ignore_errors=True)
             raise
         with self._lock:
-            entries = {**self._entries, name: Entry(name, rec, served)}
+            entry = Entry(name, rec)
+            entry.slot.set(served)
+            entries = {**self._entries, name: entry}
             try:
                 self._write_registry(entries, self._aliases)
             except BaseException:

@@ -40,7 +40,7 @@ class DefaultRestoreMixin:
         1. the snapshot is verified and extracted next to the index folder, opened
            once (its space must be the collection's) and closed;
         2. index jobs are held off (409 while one runs), new requests wait
-           (:meth:`DefaultSlot.begin_swap`) and the requests using the old index
+           (:meth:`Slot.begin_swap`) and the requests using the old index
            finish (at most :data:`DRAIN_SECONDS`; else the restore is called off
            with a 503 and nothing changes); the old runtime refuses writes from then
            on and is closed (its SQLite files unlinked by name while still its own);
@@ -53,9 +53,10 @@ class DefaultRestoreMixin:
         if not self._default_lock.acquire(blocking=False):
             raise ApiError(409, "collection: a restore of the default collection is running")
         try:
-            old = self.slot.served
+            slot = self._entries[DEFAULT].slot
+            old = slot.served
             if old is None:
-                raise self._unloaded()
+                raise slot.unavailable()
             index = old.runtime.index
             path = index.path
             if path is None or is_sharded(path):
@@ -108,7 +109,8 @@ class DefaultRestoreMixin:
         }
 
     def _swap_default(self, old: Served, path: Path, stage: Path) -> Served:
-        self.slot.begin_swap()  # new requests wait from here
+        slot = self._entries[DEFAULT].slot
+        slot.begin_swap()  # new requests wait from here
         try:
             if not old.wait_idle(DRAIN_SECONDS):
                 shutil.rmtree(stage, ignore_errors=True)
@@ -118,7 +120,7 @@ class DefaultRestoreMixin:
                     f"{DRAIN_SECONDS:g} s; nothing was restored, retry",
                 )
         except BaseException:
-            self.slot.end_swap(old)
+            slot.end_swap(old)
             raise
         # nothing uses the old runtime now; later writes that still hold it are refused
         old.runtime.retire(RETIRED)
@@ -139,9 +141,7 @@ class DefaultRestoreMixin:
             served = self._reopen_default(old, path)
             raise
         finally:
-            self.slot.end_swap(served)
-            if served is not None and self._on_default is not None:
-                self._on_default(served)
+            slot.end_swap(served)
         log.info("default collection restored in place: %d items", len(served.runtime))
         return served
 

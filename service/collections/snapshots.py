@@ -125,8 +125,7 @@ class SnapshotsMixin:
         """Restore an uploaded snapshot tar; it is kept as a snapshot of the collection
         only once it restored, with what the restored index says (its space, its
         count), never what the upload's ``checksums.json`` claims."""
-        entry = self._entry(name)
-        target = DEFAULT if entry is None else entry.name
+        target = self._entry(name).name
         if sha256 is not None and sha256_file(upload) != sha256.lower():
             raise ApiError(422, "sha256: the upload does not have the checksum given")
         verify_tar(upload, None, self.settings.max_snapshot_bytes)  # 422 before any work
@@ -161,7 +160,7 @@ class SnapshotsMixin:
         collection is switched to it. Answers also carry ``space`` and ``created``
         (for the kept copy's metadata; the routes leave them out)."""
         entry = self._entry(name)
-        if entry is None:
+        if entry.record is None:  # the default collection's index: restored in place
             return self._restore_default(tar, sid)
         with entry.lock:
             rec = entry.record
@@ -193,8 +192,7 @@ class SnapshotsMixin:
                     served.close()
                     shutil.rmtree(stage, ignore_errors=True)
                     raise
-                entry.served = served
-                entry.error = None
+                entry.slot.set(served)
         old_path = folder / old_index
         if old is not None:
             old.close_when_idle(lambda: shutil.rmtree(old_path, ignore_errors=True))

@@ -1,14 +1,16 @@
-"""One collection's store: what serves it (:class:`Served`, leased by requests;
-the default collection's through its :class:`DefaultSlot`), its registry entry
-(:class:`Entry`), and how a collection's record is opened (:class:`StoreMixin` of
+"""One collection's store: what serves it (:class:`Served`, leased by requests
+through the collection's :class:`Slot`), its registry entry (:class:`Entry`),
+and how a collection's record is opened (:class:`StoreMixin` of
 :class:`service.collections.Collections`: its labels placed, its model loaded,
 its index and runtime opened)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +33,11 @@ _SYNSET = re.compile(r"^.+\.n\.\d\d$")  # WordNet noun synsets: their words are 
 DRAIN_SECONDS = 60.0
 #: how long a request waits for an in-place restore of the default collection
 SWAP_WAIT_SECONDS = 120.0
+#: how often a request waiting for an in-place restore looks again
+SWAP_POLL_SECONDS = 0.01
+#: HTTP answers say only this of why loading failed: the error names artifact
+#: paths, so it goes to the log (and to ``hypsearch serve``'s exit message) only
+SEE_THE_LOG = "the service log says why"
 RESTORING = "collection: the default collection is being restored; retry shortly"
 RETIRED = "collection: it was restored or dropped while this write waited; retry"
 
@@ -42,7 +49,8 @@ class Served:
     runtime: Runtime
     searcher: Any  # MicroBatcher (searches)
     batcher: Any | None = None  # MicroBatcher (image embeddings), with a model
-    owned: bool = True  # closed by the registry (not the default collection)
+    #: :meth:`close` closes the runtime too (not a runtime a test handed the app)
+    owned: bool = True
     _leases: int = 0
     _cond: threading.Condition = field(default_factory=threading.Condition)
 
@@ -82,47 +90,108 @@ class Served:
         if self.batcher is not None:
             self.batcher.close()
         self.searcher.close()
-        self.runtime.close()
+        if self.owned:
+            self.runtime.close()
 
 
-class DefaultSlot:
-    """The default collection's :class:`Served`, leased by every request that uses it
-    (:func:`service.deps.get_services`, the search fast path), and swapped by an
-    in-place restore: :meth:`begin_swap` makes new requests wait (:meth:`acquire`
-    with ``wait``) until :meth:`end_swap` hands them the restored one."""
+class Slot:
+    """What serves one collection, and the one place its requests wait.
 
-    def __init__(self) -> None:
+    A slot is loading (nothing yet: the default collection while the service
+    starts), failed (:attr:`error`, for the log), serving a :class:`Served`, or
+    swapping (an in-place restore: new leases wait until :meth:`end_swap` hands
+    them the restored one). Every request leases the :class:`Served` through it:
+    :meth:`lease` on the event loop (:func:`service.deps.get_services`),
+    :meth:`try_acquire` without waiting (the search fast path), :meth:`acquire`
+    off it (snapshots); each lease is released when the request is answered."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
         self._cond = threading.Condition()
         self.served: Served | None = None
+        self.error: str | None = None  # why it could not be opened, in full (paths too)
         self.swapping = False
 
+    # -- state ------------------------------------------------------------------------
     def set(self, served: Served | None) -> None:
+        """Serve ``served`` (``None``: nothing, e.g. a failed reopen); ends a swap."""
         with self._cond:
             self.served = served
             self.swapping = False
+            if served is not None:
+                self.error = None
             self._cond.notify_all()
 
+    def fail(self, error: str) -> None:
+        """Opening it failed (``error`` is logged, never answered)."""
+        with self._cond:
+            self.error = error
+            self._cond.notify_all()
+
+    def wait_settled(self, timeout: float | None = None) -> bool:
+        """Wait until it serves or failed (``False``: still loading after ``timeout``)."""
+        with self._cond:
+            return self._cond.wait_for(
+                lambda: self.served is not None or self.error is not None, timeout=timeout
+            )
+
+    def unavailable(self) -> ApiError:
+        """The 503 while it serves nothing: still loading, or it could not be opened
+        (why goes to the log only: it names artifact paths)."""
+        if self.name != DEFAULT:
+            return ApiError(
+                503, f"collection {self.name!r} could not be opened (the service log says why)"
+            )
+        if self.error is not None:
+            return ApiError(503, f"the service could not load its artifacts ({SEE_THE_LOG})")
+        return ApiError(503, "the model and the index are still loading; retry shortly")
+
+    def runtime(self) -> Runtime:
+        """The runtime served now, without a lease (its model, labels and taxonomy,
+        which an in-place restore keeps); :meth:`unavailable` while there is none."""
+        served = self.served
+        if served is None:
+            raise self.unavailable()
+        return served.runtime
+
+    # -- leases -----------------------------------------------------------------------
     def try_acquire(self) -> Served | None:
-        """A lease on the current one, or ``None`` (a swap runs, or none is loaded yet)."""
+        """A lease on the current one, or ``None`` (a swap runs, or none is loaded)."""
         with self._cond:
             if self.swapping or self.served is None:
                 return None
             return self.served.acquire()
 
-    def acquire(self, wait: float = 0.0) -> Served | None:
-        """A lease, waiting up to ``wait`` seconds for a swap to end (503 after);
-        ``None`` while nothing is loaded. Blocks: call it off the event loop."""
+    def acquire(self, wait: float = 0.0) -> Served:
+        """A lease, waiting up to ``wait`` seconds for a swap to end (then 503);
+        :meth:`unavailable` while it serves nothing. Blocks: call it off the event loop."""
         with self._cond:
             if not self._cond.wait_for(lambda: not self.swapping, timeout=wait):
                 raise ApiError(503, RESTORING)
-            return None if self.served is None else self.served.acquire()
+            if self.served is None:
+                raise self.unavailable()
+            return self.served.acquire()
+
+    async def lease(self, wait: float = SWAP_WAIT_SECONDS) -> Served:
+        """:meth:`acquire` on the event loop: during a swap, looks again every
+        :data:`SWAP_POLL_SECONDS` (never blocking the loop), at most ``wait`` seconds."""
+        deadline = time.monotonic() + wait
+        while True:
+            served = self.try_acquire()
+            if served is not None:
+                return served
+            if not self.swapping:
+                raise self.unavailable()
+            if time.monotonic() > deadline:
+                raise ApiError(503, RESTORING)
+            await asyncio.sleep(SWAP_POLL_SECONDS)
 
     def begin_swap(self) -> Served:
         with self._cond:
             if self.swapping:
                 raise ApiError(409, "collection: a restore of the default collection is running")
             if self.served is None:
-                raise ApiError(503, "the default collection is not loaded")
+                raise self.unavailable()
             self.swapping = True
             return self.served
 
@@ -134,13 +203,22 @@ class DefaultSlot:
 
 @dataclass
 class Entry:
-    """A named collection: its record in the registry and what serves it."""
+    """A collection: its record in the registry (``None`` for the default
+    collection, whose index is the service's own, ``HYPSEARCH_INDEX``) and the
+    :class:`Slot` that serves it."""
 
     name: str
-    record: dict[str, Any]  # space, model, taxonomy, folder, index, created
-    served: Served | None = None
-    error: str | None = None  # why it could not be opened at start
+    record: dict[str, Any] | None  # space, model, taxonomy, folder, index, created
+    slot: Slot | None = None  # made for the name when not given
     lock: threading.Lock = field(default_factory=threading.Lock)  # restores, snapshots
+
+    def __post_init__(self) -> None:
+        if self.slot is None:
+            self.slot = Slot(self.name)
+
+    @property
+    def served(self) -> Served | None:
+        return self.slot.served
 
     @property
     def space(self) -> str:
@@ -154,10 +232,7 @@ class StoreMixin:
     def _default_runtime(self) -> Runtime:
         """The default collection's runtime, for its model, labels and taxonomy (which
         an in-place restore keeps: no lease needed)."""
-        served = self.slot.served
-        if served is None:
-            raise self._unloaded()
-        return served.runtime
+        return self._entries[DEFAULT].slot.runtime()
 
     def _place_labels(self, folder: Path, sp: PoincareIndexSpace, model, taxonomy) -> None:
         """Check the model, or write the collection's label points (``labels.safetensors``):

@@ -5,7 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from ..deps import SEE_THE_LOG, RuntimeDep, ServicesDep
+from ..collections import SEE_THE_LOG
+from ..deps import AppServicesDep, RuntimeDep
 from ..errors import ApiError
 from ..schemas import ErrorOut, HealthOut, StatsOut
 
@@ -23,8 +24,8 @@ def healthz() -> HealthOut:
     summary="200 once model and index are loaded, 503 before",
     responses={503: {"model": ErrorOut, "description": "still loading, or loading failed"}},
 )
-def readyz(services: ServicesDep) -> HealthOut:
-    if services.runtime is None:
+def readyz(services: AppServicesDep) -> HealthOut:
+    if services.slot.served is None:
         if services.load_error:
             raise ApiError(503, f"loading failed ({SEE_THE_LOG})")
         raise ApiError(503, "loading the model and the index")
@@ -56,5 +57,5 @@ def stats(rt: RuntimeDep) -> StatsOut:
     response_class=Response,
     responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text format"}},
 )
-def metrics(services: ServicesDep) -> Response:
+def metrics(services: AppServicesDep) -> Response:
     return Response(generate_latest(services.metrics.registry), media_type=CONTENT_TYPE_LATEST)
