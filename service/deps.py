@@ -32,7 +32,6 @@ from .settings import Settings
 NO_MODEL = "no image model is loaded (start the service with --model / HYPSEARCH_MODEL)"
 
 
-
 @dataclass
 class Services:
     """What the app holds while it runs; for each request, the same with the

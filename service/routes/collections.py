@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..collections import NAME_PATTERN, Collections
 from ..deps import WriteAccess
 from ..errors import ApiError
-from ..schemas import INVALID, ErrorOut
+from ..schemas import INVALID, errors
 
 router = APIRouter(tags=["collections"], responses=INVALID)
 
@@ -30,7 +30,7 @@ AliasName = Annotated[str, Path(pattern=NAME_PATTERN, max_length=64)]
 #: paths under /v1 that are not copied under a collection (the server's own)
 NOT_PER_COLLECTION = ("/v1/collections", "/v1/aliases", "/v1/index/")
 PREFIX = "/v1/collections/{collection}"
-COLLECTION_404 = {404: {"model": ErrorOut, "description": "no such collection, or not found"}}
+COLLECTION_404 = errors({404: "no such collection, or not found"})
 
 
 class CollectionIn(BaseModel):
@@ -98,12 +98,11 @@ class AliasDeletedOut(BaseModel):
     deleted: bool
 
 
-ERRORS = {
-    401: {"model": ErrorOut, "description": "API key missing or wrong"},
-    404: {"model": ErrorOut, "description": "no such collection or alias"},
-    409: {"model": ErrorOut, "description": "conflicts with another collection or alias"},
-    503: {"model": ErrorOut},
-}
+ERRORS = errors(
+    401,
+    {404: "no such collection or alias", 409: "conflicts with another collection or alias"},
+    503,
+)
 
 
 async def get_collections(request: Request) -> Collections:
@@ -132,7 +131,7 @@ def list_collections(colls: CollectionsDep) -> list[dict[str, Any]]:
     status_code=201,
     summary="Create a collection with its own space, labels and (optionally) model",
     dependencies=[WriteAccess],
-    responses={**ERRORS, 403: {"model": ErrorOut, "description": "path outside the data roots"}},
+    responses={**ERRORS, **errors({403: "path outside the data roots"})},
 )
 async def create_collection(body: CollectionIn, colls: CollectionsDep) -> dict[str, Any]:
     """Every item, search, label, scroll and count route then exists under
@@ -177,7 +176,7 @@ def list_aliases(colls: CollectionsDep) -> dict[str, str]:
     response_model=AliasOut,
     summary="Point an alias at a collection (atomically: a request sees the old or the new one)",
     dependencies=[WriteAccess],
-    responses={**ERRORS, 422: {"model": ErrorOut}},
+    responses={**ERRORS, **errors(422)},
 )
 def put_alias(alias: AliasName, body: AliasIn, colls: CollectionsDep) -> dict[str, Any]:
     return colls.set_alias(alias, body.collection)

@@ -23,7 +23,7 @@ from ..errors import ApiError
 from ..imaging import decode_image, decode_off_loop, encode_png
 from ..pipeline import check_upload_size, embed_upload
 from ..runtime import Runtime
-from ..schemas import INVALID, DeletedOut, ErrorOut, ItemIn, ItemOut
+from ..schemas import INVALID, DeletedOut, ItemIn, ItemOut, errors
 
 #: payload keys the service writes itself: a client's payload may not set them
 #: (``image`` names a file the service serves)
@@ -92,8 +92,7 @@ def _out(rt: Runtime, item_id: str, item) -> ItemOut:
     response_class=Response,
     responses={
         200: {"content": {"image/png": {}}, "description": "the picture"},
-        404: {"model": ErrorOut, "description": "no such item, or it has no picture"},
-        503: {"model": ErrorOut},
+        **errors({404: "no such item, or it has no picture"}, 503),
     },
 )
 def get_image(rt: RuntimeDep, item_id: ItemId) -> Response:
@@ -112,7 +111,7 @@ def get_image(rt: RuntimeDep, item_id: ItemId) -> Response:
     "/{item_id:path}",
     response_model=ItemOut,
     summary="One item: label, vector, distance to the origin, holding label, payload",
-    responses={404: {"model": ErrorOut}, 422: {"model": ErrorOut}, 503: {"model": ErrorOut}},
+    responses=errors(404, 422, 503),
 )
 def get_item(rt: RuntimeDep, item_id: ItemId) -> ItemOut:
     item = rt.index.get(_check_id(item_id))
@@ -169,12 +168,8 @@ async def _upsert_picture(
     return await run_in_threadpool(write)
 
 
-_WRITE_ERRORS = {
-    401: {"model": ErrorOut, "description": "API key missing or wrong"},
-    422: {"model": ErrorOut},
-    503: {"model": ErrorOut},
-}
-_DELETE_ERRORS = {**_WRITE_ERRORS, 404: {"model": ErrorOut}}
+_WRITE_ERRORS = errors(401, 422, 503)
+_DELETE_ERRORS = errors(401, 422, 503, 404)
 
 
 @router.put(
@@ -184,8 +179,7 @@ _DELETE_ERRORS = {**_WRITE_ERRORS, 404: {"model": ErrorOut}}
     dependencies=[WriteAccess],
     responses={
         **_WRITE_ERRORS,
-        413: {"model": ErrorOut},
-        415: {"model": ErrorOut, "description": "neither JSON nor multipart, or not a picture"},
+        **errors(413, {415: "neither JSON nor multipart, or not a picture"}),
     },
     openapi_extra={
         "requestBody": {

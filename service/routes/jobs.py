@@ -7,14 +7,11 @@ from typing import Annotated
 from fastapi import APIRouter, Path
 
 from ..deps import JobsDep, WriteAccess
-from ..schemas import INVALID, ErrorOut, JobIn, JobOut
+from ..schemas import INVALID, JobIn, JobOut, errors
 
 router = APIRouter(prefix="/v1/index/jobs", tags=["jobs"], responses=INVALID)
 
-ERRORS = {
-    401: {"model": ErrorOut, "description": "API key missing or wrong"},
-    503: {"model": ErrorOut},
-}
+ERRORS = errors(401, 503)
 JobId = Annotated[str, Path(max_length=64)]
 
 
@@ -24,16 +21,16 @@ JobId = Annotated[str, Path(max_length=64)]
     status_code=202,
     summary="Start indexing a folder DIR/<class>/<images> or a CSV manifest id,path[,label]",
     dependencies=[WriteAccess],
-    responses={
-        **ERRORS,
-        403: {
-            "model": ErrorOut,
-            "description": "the path is outside the data roots (or none are set)",
+    responses=errors(
+        401,
+        503,
+        {
+            403: "the path is outside the data roots (or none are set)",
+            404: "the path does not exist",
+            409: "another job is running",
         },
-        404: {"model": ErrorOut, "description": "the path does not exist"},
-        409: {"model": ErrorOut, "description": "another job is running"},
-        422: {"model": ErrorOut},
-    },
+        422,
+    ),
 )
 def start_job(body: JobIn, jobs: JobsDep) -> JobOut:
     """The path must lie under one of `HYPSEARCH_DATA_ROOTS` (absolute, no `..`,
@@ -61,7 +58,7 @@ def list_jobs(jobs: JobsDep) -> list[JobOut]:
     response_model=JobOut,
     summary="State and progress of a job",
     dependencies=[WriteAccess],
-    responses={**ERRORS, 404: {"model": ErrorOut}},
+    responses=errors(401, 503, 404),
 )
 def get_job(job: JobId, jobs: JobsDep) -> JobOut:
     return JobOut(**jobs.get(job).as_dict())
@@ -72,7 +69,7 @@ def get_job(job: JobId, jobs: JobsDep) -> JobOut:
     response_model=JobOut,
     summary="Cancel a queued or running job (the batches it already wrote stay)",
     dependencies=[WriteAccess],
-    responses={**ERRORS, 404: {"model": ErrorOut}},
+    responses=errors(401, 503, 404),
 )
 def cancel_job(job: JobId, jobs: JobsDep) -> JobOut:
     return JobOut(**jobs.cancel(job).as_dict())

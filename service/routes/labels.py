@@ -8,7 +8,7 @@ from fastapi import APIRouter, Path, Query
 
 from .. import searching
 from ..deps import RuntimeDep
-from ..schemas import INVALID, ErrorOut, LabelOut
+from ..schemas import INVALID, LabelOut, errors
 
 router = APIRouter(prefix="/v1/labels", tags=["labels"], responses=INVALID)
 
@@ -17,7 +17,7 @@ router = APIRouter(prefix="/v1/labels", tags=["labels"], responses=INVALID)
     "",
     response_model=list[str],
     summary="Label names (synsets and words) starting with a prefix, for autocompletion",
-    responses={422: {"model": ErrorOut}, 503: {"model": ErrorOut}},
+    responses=errors(422, 503),
 )
 def complete(
     rt: RuntimeDep,
@@ -33,10 +33,7 @@ def complete(
     "/{name}",
     response_model=LabelOut,
     summary="One label: its place in the taxonomy, items under it, its point and cone",
-    responses={
-        404: {"model": ErrorOut, "description": "unknown label, with close matches"},
-        503: {"model": ErrorOut},
-    },
+    responses=errors({404: "unknown label, with close matches"}, 503),
 )
 def get_label(rt: RuntimeDep, name: Annotated[str, Path(max_length=300)]) -> LabelOut:
     """`name` is a synset (`gym_shoe.n.01`) or a word (`sneaker`: its sense with

@@ -8,7 +8,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from ..collections import SEE_THE_LOG
 from ..deps import AppServicesDep, RuntimeDep
 from ..errors import ApiError
-from ..schemas import ErrorOut, HealthOut, StatsOut
+from ..schemas import HealthOut, StatsOut, errors
 
 router = APIRouter(tags=["ops"])
 
@@ -22,7 +22,7 @@ def healthz() -> HealthOut:
     "/readyz",
     response_model=HealthOut,
     summary="200 once model and index are loaded, 503 before",
-    responses={503: {"model": ErrorOut, "description": "still loading, or loading failed"}},
+    responses=errors({503: "still loading, or loading failed"}),
 )
 def readyz(services: AppServicesDep) -> HealthOut:
     if services.slot.served is None:
@@ -36,7 +36,7 @@ def readyz(services: AppServicesDep) -> HealthOut:
     "/v1/stats",
     response_model=StatsOut,
     summary="Size and space of the index, and the model's version",
-    responses={503: {"model": ErrorOut}},
+    responses=errors(503),
 )
 def stats(rt: RuntimeDep) -> StatsOut:
     return StatsOut(

@@ -45,7 +45,6 @@ from ..schemas import (
     CountIn,
     CountOut,
     DeletedCountOut,
-    ErrorOut,
     FacetOut,
     ItemsBatchIn,
     ItemsDeleteIn,
@@ -55,6 +54,7 @@ from ..schemas import (
     ScrollIn,
     ScrollOut,
     UpsertedOut,
+    errors,
 )
 from .items import check_user_payload, item_payload
 
@@ -62,14 +62,9 @@ router = APIRouter(prefix="/v1", tags=["points"], responses=INVALID)
 
 _MAX_ITEMS = "HYPSEARCH_MAX_BATCH_ITEMS"
 
-_READ_ERRORS = {
-    413: {"model": ErrorOut, "description": "more ids than HYPSEARCH_MAX_BATCH_ITEMS"},
-    503: {"model": ErrorOut, "description": "still loading"},
-}
-_WRITE_ERRORS = {
-    **_READ_ERRORS,
-    401: {"model": ErrorOut, "description": "API key missing or wrong"},
-}
+_LOADING = {503: "still loading"}
+_READ_ERRORS = errors({413: "more ids than HYPSEARCH_MAX_BATCH_ITEMS"}, _LOADING)
+_WRITE_ERRORS = {**_READ_ERRORS, **errors(401)}
 
 
 def check_batch_size(n: int, limit: int, field: str, setting: str) -> None:
@@ -111,8 +106,12 @@ def _b64(text: str, field: str, max_bytes: int) -> bytes:
     dependencies=[WriteAccess],
     responses={
         **_WRITE_ERRORS,
-        413: {"model": ErrorOut, "description": "too many items, or a picture over the limit"},
-        415: {"model": ErrorOut, "description": "a picture in no supported format"},
+        **errors(
+            {
+                413: "too many items, or a picture over the limit",
+                415: "a picture in no supported format",
+            }
+        ),
     },
 )
 async def upsert_batch(body: ItemsBatchIn, rt: RuntimeDep, svc: ServicesDep) -> UpsertedOut:
@@ -314,10 +313,7 @@ def decode_cursor(cursor: str | None, settings) -> str | None:
     response_model=ScrollOut,
     response_model_exclude_unset=True,
     summary="List every item (passing a filter) page by page, with a stable cursor",
-    responses={
-        400: {"model": ErrorOut, "description": "a cursor the service did not give, or expired"},
-        503: {"model": ErrorOut, "description": "still loading"},
-    },
+    responses=errors({400: "a cursor the service did not give, or expired"}, _LOADING),
 )
 def scroll(body: ScrollIn, rt: RuntimeDep, settings: SettingsDep) -> ScrollOut:
     """Pages in id order; `next_cursor` is null after the last page. Over a full
@@ -338,7 +334,7 @@ def scroll(body: ScrollIn, rt: RuntimeDep, settings: SettingsDep) -> ScrollOut:
     response_model=CountOut,
     response_model_exclude_unset=True,
     summary="How many items pass a filter (all items without one)",
-    responses={503: {"model": ErrorOut, "description": "still loading"}},
+    responses=errors(_LOADING),
 )
 def count(body: CountIn, rt: RuntimeDep) -> CountOut:
     """With `label`: the items that label's cone holds (and pass the filter);

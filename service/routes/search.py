@@ -19,30 +19,33 @@ from ..schemas import (
     FILTER_DOC,
     INVALID,
     EmbedOut,
-    ErrorOut,
     ImageSearchParams,
     LabelDistance,
     SearchBatchIn,
     SearchBatchOut,
     SearchIn,
     SearchOut,
+    errors,
 )
 from .errors import as_api_error
 
 router = APIRouter(prefix="/v1", tags=["search"], responses=INVALID)
 
-ERRORS = {
-    404: {"model": ErrorOut, "description": "no item with that id"},
-    422: {
-        "model": ErrorOut,
-        "description": "invalid request (unknown labels come with suggestions)",
-    },
-    503: {"model": ErrorOut, "description": "still loading"},
-}
+ERRORS = errors(
+    {
+        404: "no item with that id",
+        422: "invalid request (unknown labels come with suggestions)",
+        503: "still loading",
+    }
+)
 UPLOAD_ERRORS = {
     **ERRORS,
-    413: {"model": ErrorOut, "description": "upload over the byte limit, or too many pixels"},
-    415: {"model": ErrorOut, "description": "not a picture in a supported format"},
+    **errors(
+        {
+            413: "upload over the byte limit, or too many pixels",
+            415: "not a picture in a supported format",
+        }
+    ),
 }
 
 #: both searches answer a SearchOut as :func:`service.pipeline.answer_json` writes it
@@ -115,7 +118,7 @@ def _named(i: int, e: BaseException) -> BaseException:
     summary="Many searches in one request, answered in order",
     responses={
         **ERRORS,
-        413: {"model": ErrorOut, "description": "more searches than HYPSEARCH_MAX_BATCH_SEARCHES"},
+        **errors({413: "more searches than HYPSEARCH_MAX_BATCH_SEARCHES"}),
     },
 )
 async def search_batch(

@@ -26,7 +26,7 @@ from pydantic import BaseModel, Field
 
 from ..collections import SNAPSHOT_PATTERN
 from ..deps import SettingsDep, WriteAccess
-from ..schemas import INVALID, ErrorOut
+from ..schemas import INVALID, errors
 from .collections import ERRORS, CollectionName, CollectionsDep
 
 router = APIRouter(
@@ -66,13 +66,14 @@ class SnapshotDeletedOut(BaseModel):
 
 WRITE = {
     **ERRORS,
-    409: {
-        "model": ErrorOut,
-        "description": "the default collection: an index job or another restore is running",
-    },
-    413: {"model": ErrorOut, "description": "its files are over HYPSEARCH_MAX_SNAPSHOT_BYTES"},
-    422: {"model": ErrorOut, "description": "not a snapshot, corrupt, or another space"},
-    503: {"model": ErrorOut, "description": "requests still used the old index after 60 s"},
+    **errors(
+        {
+            409: "the default collection: an index job or another restore is running",
+            413: "its files are over HYPSEARCH_MAX_SNAPSHOT_BYTES",
+            422: "not a snapshot, corrupt, or another space",
+            503: "requests still used the old index after 60 s",
+        }
+    ),
 }
 
 
@@ -157,7 +158,7 @@ async def restore_snapshot(
     response_model=RestoredOut,
     summary="Restore an uploaded snapshot tar into the collection (kept as a snapshot)",
     dependencies=[WriteAccess],
-    responses={**WRITE, 413: {"model": ErrorOut, "description": "over HYPSEARCH_MAX_UPLOAD_BYTES"}},
+    responses={**WRITE, **errors({413: "over HYPSEARCH_MAX_UPLOAD_BYTES"})},
 )
 async def upload_snapshot(
     collection: CollectionName,

@@ -22,6 +22,7 @@ __all__ = [
     "StatsOut",
     "WITH_PAYLOAD_DOC",
     "WITH_VECTOR_DOC",
+    "errors",
 ]
 
 Finite = Annotated[float, Field(allow_inf_nan=False)]
@@ -82,6 +83,18 @@ class ErrorOut(BaseModel):
 INVALID: dict = {
     422: {"model": ErrorOut, "description": "invalid input; detail says what is wrong"}
 }
+#: what a status code means wherever a route answers it without saying more
+_MEANS = {401: "API key missing or wrong"}
+
+
+def errors(*codes: int | dict[int, str]) -> dict[int, dict]:
+    """A route's ``responses``: each status code answered with :class:`ErrorOut`
+    (a 401 with :data:`_MEANS`); a ``{code: description}`` describes its codes."""
+    out: dict[int, dict] = {}
+    for c in codes:
+        for code, text in c.items() if isinstance(c, dict) else [(c, _MEANS.get(c))]:
+            out[code] = {"model": ErrorOut, **({} if text is None else {"description": text})}
+    return out
 
 
 # ---------------------------------------------------------------- ops
