@@ -10,7 +10,7 @@ from indexing import Index
 from indexing.batches import open_index
 from indexing.geometry import PoincareIndexSpace, make_index_space
 from models.labels import LabelEmbedding
-from models.taxonomy.graph import Taxonomy, with_words
+from models.taxonomy.graph import with_words
 
 from .ball import BallRuntime
 from .base import Runtime, StartupError
@@ -18,33 +18,20 @@ from .product import ProductRuntime
 
 
 def runtime_for(
-    index: Index,
-    labels: LabelEmbedding | None,
-    model: Any | None = None,
-    *,
-    image_dir: str | Path | None = None,
-    data_dir: str | Path | None = None,
-    taxonomy: Taxonomy | None = None,
-    wordnet_dir: str | Path | None = None,
+    index: Index, labels: LabelEmbedding | None, model: Any | None = None, **kw: Any
 ) -> Runtime:
     """The runtime of ``index``: a :class:`BallRuntime` around ``labels`` for a
     Poincaré ball, a :class:`ProductRuntime` for a product space (vectors only:
-    ``labels`` and ``taxonomy`` are not used). :class:`StartupError` when the
-    artifacts do not fit together."""
+    ``labels`` and the ball's ``taxonomy`` and ``wordnet_dir`` are not used).
+    ``kw``: the runtime's keywords (``image_dir``, ``data_dir``, ...).
+    :class:`StartupError` when the artifacts do not fit together."""
     space = make_index_space(index.dim, index.curvature, index.space)
     if not isinstance(space, PoincareIndexSpace):
-        return ProductRuntime(index, model, image_dir=image_dir, data_dir=data_dir)
+        folders = {k: kw[k] for k in ("image_dir", "data_dir") if k in kw}
+        return ProductRuntime(index, model, **folders)
     if labels is None:
         raise StartupError("labels: only a product-space collection is served without labels")
-    return BallRuntime(
-        index,
-        labels,
-        model,
-        image_dir=image_dir,
-        data_dir=data_dir,
-        taxonomy=taxonomy,
-        wordnet_dir=wordnet_dir,
-    )
+    return BallRuntime(index, labels, model, **kw)
 
 
 def open_runtime(settings, index=None) -> Runtime:
