@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from indexing import HyperbolicIndex
+from indexing.batches import open_index
 from indexing.geometry import PoincareIndexSpace, make_index_space
 
 from ..errors import ApiError
@@ -333,12 +333,9 @@ class StoreMixin:
         elif ball:
             labels = LabelEmbedding.load(folder / LABELS_FILE)
         path = folder / (index_folder or rec["index"])
-        if (path / "store.sqlite3").exists():
-            index = HyperbolicIndex.load(path)
-        elif ball:
-            index = HyperbolicIndex(dim=sp.dim, curvature=sp.c, path=path)
-        else:
-            index = HyperbolicIndex(dim=sp.dim, space=sp.spec, path=path)
+        # the stored index (its own space: compared below), or a new one of the space
+        space = {} if ball else {"space": sp.spec}
+        index = open_index(path, dim=sp.dim, curvature=sp.c if ball else 1.0, **space)
         try:
             got = make_index_space(index.dim, index.curvature, index.space)
             if space_name(got) != space_name(sp):
