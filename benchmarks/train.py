@@ -435,6 +435,15 @@ def _objective_labels(kind: str, home: Path, default: Path, env: dict) -> Path:
     return out
 
 
+#: what the objectives tables compare: the hyperbolic rows place their images in cones
+#: (the default), the twin rows do not
+TWIN_NOTE = (
+    "The hyperbolic rows have the default cone placement, the twin rows none: their "
+    "hierarchical Hit@1 and nearest-label columns are not like for like (the raw head "
+    "outputs beside the twin: train.md and train-seeds.md)."
+)
+
+
 def objectives_table(res: dict, args) -> str:
     when = dt.datetime.now().strftime("%Y-%m-%d")
     cols = " | ".join(h for h, _ in OBJ_COLUMNS)
@@ -450,6 +459,8 @@ def objectives_table(res: dict, args) -> str:
         )
         + (f", **{args.limit} training images**" if args.limit else "")
         + ", one seed)",
+        "",
+        TWIN_NOTE,
         "",
         f"| run | epochs | train s | {cols} |",
         "| --- | ---: | ---: |" + " ---: |" * len(OBJ_COLUMNS),
