@@ -472,6 +472,39 @@ def calibrate(
         v = own[tgt == k]
         if len(v):
             radii[name] = float(torch.quantile(v, quantile))
+    grid = back_off_grid(placement, z, classes, radii, features)
+    pick = pick_back_off(grid, in_class, other)
+    return {
+        "radii": radii,
+        "confidence": pick[0],
+        "val_in_class": pick[1],
+        "val_other": pick[2],
+        "grid": grid,
+    }
+
+
+def pick_back_off(grid, in_class: float, other: float) -> tuple[float, float, float]:
+    """The row of a :func:`back_off_grid` the calibration picks: the smallest gap with
+    both aims met, else the largest that keeps ``in_class`` (else the first)."""
+    both = [g for g in grid if g[1] >= in_class and g[2] <= other]
+    keep = [g for g in grid if g[1] >= in_class]
+    return both[0] if both else (keep[-1] if keep else grid[0])
+
+
+def back_off_grid(
+    placement: ConePlacement,
+    z: torch.Tensor,
+    classes: list[str],
+    radii: dict[str, float],
+    features: torch.Tensor | None = None,
+) -> list[tuple[float, float, float]]:
+    """For each confidence gap of the calibration's grid (0, 0.05, ..., 0.95), with the
+    novelty rule on the class ``radii``: ``(gap, share of the points placed at their
+    class, share placed in another trained class's cone)`` (a node at or below a
+    trained class that is neither their class nor an ancestor of it)."""
+    z = z.to(torch.float64)
+    col = {n: k for k, n in enumerate(placement.seen)}
+    tgt = torch.tensor([col[c] for c in classes], dtype=torch.int64)
     # wrong[r, k]: a point placed at row r is inside the cone of a trained class
     # that is neither class k nor an ancestor of k
     names = placement.names
@@ -499,13 +532,4 @@ def calibrate(
             grid.append((g, ok, bad))
     finally:
         placement.cfg, placement.radius = saved
-    both = [g for g in grid if g[1] >= in_class and g[2] <= other]
-    keep = [g for g in grid if g[1] >= in_class]
-    pick = both[0] if both else (keep[-1] if keep else grid[0])
-    return {
-        "radii": radii,
-        "confidence": pick[0],
-        "val_in_class": pick[1],
-        "val_other": pick[2],
-        "grid": grid,
-    }
+    return grid
