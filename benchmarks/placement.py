@@ -38,11 +38,27 @@ from _common import ROOT
 sys.path.insert(0, str(ROOT))
 
 
+def validation_split(model):
+    """``(data, targets, rows)``: the training split of the model's dataset and the rows
+    of its validation split (the stratified split of ``hypsearch train``: the model's
+    ``val_fraction``, ``seed``, ``limit`` and held-out classes)."""
+    from models.images.datasets import load_dataset
+    from models.training.data import split_rows
+
+    cfg = model.config
+    data = load_dataset(cfg.get("dataset", "fashion-mnist"), split="train")
+    targets = np.asarray(data.targets)
+    seen_ids = [i for i, (_, node) in enumerate(data.classes) if node not in model.holdout]
+    idx = np.flatnonzero(np.isin(targets, seen_ids))
+    _, va = split_rows(
+        targets, idx, cfg.get("limit"), cfg.get("val_fraction", 0.05), cfg.get("seed", 0)
+    )
+    return data, targets, va
+
+
 def main() -> int:
     from models.image_model import load_model
-    from models.images.datasets import load_dataset
     from models.placement import ConePlacement, PlacementConfig, calibrate
-    from models.training.data import split_rows
 
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--model", required=True)
@@ -56,13 +72,7 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     model = load_model(args.model)
     cfg = model.config
-    data = load_dataset(cfg.get("dataset", "fashion-mnist"), split="train")
-    targets = np.asarray(data.targets)
-    seen_ids = [i for i, (_, node) in enumerate(data.classes) if node not in model.holdout]
-    idx = np.flatnonzero(np.isin(targets, seen_ids))
-    _, va = split_rows(
-        targets, idx, cfg.get("limit"), cfg.get("val_fraction", 0.05), cfg.get("seed", 0)
-    )
+    data, targets, va = validation_split(model)
     base = {k: v for k, v in cfg.items() if not k.startswith("placement_")}
     model.config = base | {"placement": "none"}
     model._placement = None
