@@ -9,9 +9,13 @@ from fastapi import APIRouter, Path
 from ..deps import JobsDep, WriteAccess
 from ..schemas import INVALID, JobIn, JobOut, errors
 
-router = APIRouter(prefix="/v1/index/jobs", tags=["jobs"], responses=INVALID)
-
-ERRORS = errors(401, 503)
+# jobs name server-side paths: every route needs the key, when one is set (reads too)
+router = APIRouter(
+    prefix="/v1/index/jobs",
+    tags=["jobs"],
+    dependencies=[WriteAccess],
+    responses={**INVALID, **errors(401, 503)},
+)
 JobId = Annotated[str, Path(max_length=64)]
 
 
@@ -20,10 +24,7 @@ JobId = Annotated[str, Path(max_length=64)]
     response_model=JobOut,
     status_code=202,
     summary="Start indexing a folder DIR/<class>/<images> or a CSV manifest id,path[,label]",
-    dependencies=[WriteAccess],
     responses=errors(
-        401,
-        503,
         {
             403: "the path is outside the data roots (or none are set)",
             404: "the path does not exist",
@@ -41,13 +42,10 @@ def start_job(body: JobIn, jobs: JobsDep) -> JobOut:
     return JobOut(**jobs.submit(body.path, body.class_map).as_dict())
 
 
-# jobs name server-side paths: reading them needs the key too, when one is set
 @router.get(
     "",
     response_model=list[JobOut],
     summary="Recent jobs, newest first",
-    dependencies=[WriteAccess],
-    responses=ERRORS,
 )
 def list_jobs(jobs: JobsDep) -> list[JobOut]:
     return [JobOut(**j.as_dict()) for j in jobs.all()]
@@ -57,8 +55,7 @@ def list_jobs(jobs: JobsDep) -> list[JobOut]:
     "/{job}",
     response_model=JobOut,
     summary="State and progress of a job",
-    dependencies=[WriteAccess],
-    responses=errors(401, 503, 404),
+    responses=errors(404),
 )
 def get_job(job: JobId, jobs: JobsDep) -> JobOut:
     return JobOut(**jobs.get(job).as_dict())
@@ -68,8 +65,7 @@ def get_job(job: JobId, jobs: JobsDep) -> JobOut:
     "/{job}",
     response_model=JobOut,
     summary="Cancel a queued or running job (the batches it already wrote stay)",
-    dependencies=[WriteAccess],
-    responses=errors(401, 503, 404),
+    responses=errors(404),
 )
 def cancel_job(job: JobId, jobs: JobsDep) -> JobOut:
     return JobOut(**jobs.cancel(job).as_dict())
