@@ -25,6 +25,8 @@ For each cell, on one local Ray cluster (``--cpus`` CPUs):
   shard): queries/s.
 
 The load average (1 min) is recorded before each cell: the machine may be shared.
+The results file is written again after every cell, so a run cut short keeps the
+cells it finished.
 """
 
 from __future__ import annotations
@@ -117,6 +119,48 @@ def cell(ray, n: int, shards: int, x, q, args, tmp: Path) -> dict:
     }
 
 
+def tables(rows: list[dict], args, started: str, load0: float, argv) -> None:
+    mib = 2**20
+    lines = [
+        f"Measured {started} on {cpu_model()} ({os.cpu_count()} CPUs), one local Ray "
+        f"cluster ({args.cpus} CPUs) on this machine: every shard's actor, the driver and "
+        f"its {args.clients} client threads share the same cores. Hierarchical cloud, "
+        f"{args.dim}-d, added in chunks of {args.chunk:,}; {args.queries:,} queries, k = 10. "
+        f"Load average (1 min) {load0:.1f} before the run, {os.getloadavg()[0]:.1f} after; "
+        "each cell's in the table (the machine is shared).",
+        "",
+        "| items | shards | actors' start s | build s | items/s | memory per shard (index, MiB) | "
+        "shard process RSS (MiB) | one query p50 ms | p99 ms | "
+        f"{args.clients} clients q/s | {args.clients} clients p99 ms | one batched call q/s | "
+        "load |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+        "| ---: |",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['n']:,} | {r['shards']} | {r['start_s']:.0f} | {r['build_s']:.1f} | "
+            f"{r['n'] / r['build_s']:,.0f} | "
+            f"{max(r['mem']) / mib:.0f} | {max(r['rss']) / mib:.0f} | {r['p50'] * 1e3:.2f} | "
+            f"{r['p99'] * 1e3:.2f} | {r['conc_qps']:,.0f} | {r['conc_p99'] * 1e3:.1f} | "
+            f"{r['batch_qps']:,.0f} | {r['load']:.1f} |"
+        )
+    lines += [
+        "",
+        "Memory per item (index account of the largest shard x shards / items): "
+        + ", ".join(
+            f"{r['n']:,} in {r['shards']}: {max(r['mem']) * r['shards'] / r['n']:.0f} B"
+            for r in rows
+        )
+        + ".",
+    ]
+    report(
+        "\n".join(lines) + "\n",
+        args.write_results,
+        command=command_line("shards.py", argv),
+        title="Sharded index on Ray: build, queries and memory by items and shards",
+    )
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", default="100000,300000,1000000")
@@ -146,7 +190,7 @@ def main(argv=None) -> int:
         _temp_dir=f"/tmp/hsbench-{os.getpid()}",
     )
     tmp = Path(tempfile.mkdtemp(prefix="hs-shards-"))
-    rows = []
+    rows: list[dict] = []
     try:
         for n in [int(v) for v in args.sizes.split(",")]:
             x, q = hierarchical_cloud(n, args.dim, seed=0, n_queries=args.queries)
@@ -154,46 +198,10 @@ def main(argv=None) -> int:
                 r = cell(ray, n, s, x, q, args, tmp)
                 print(r, file=sys.stderr, flush=True)
                 rows.append(r)
+                tables(rows, args, started, load0, argv)  # each cell as it comes
     finally:
         ray.shutdown()
         shutil.rmtree(tmp, ignore_errors=True)
-    mib = 2**20
-    lines = [
-        f"Measured {started} on {cpu_model()} ({os.cpu_count()} CPUs), one local Ray "
-        f"cluster ({args.cpus} CPUs) on this machine: every shard's actor, the driver and "
-        f"its {args.clients} client threads share the same cores. Hierarchical cloud, "
-        f"{args.dim}-d, added in chunks of {args.chunk:,}; {args.queries:,} queries, k = 10. "
-        f"Load average (1 min) {load0:.1f} before the run, {os.getloadavg()[0]:.1f} after; "
-        "each cell's in the table (the machine is shared).",
-        "",
-        "| items | shards | build s | items/s | memory per shard (index, MiB) | "
-        "shard process RSS (MiB) | one query p50 ms | p99 ms | "
-        f"{args.clients} clients q/s | {args.clients} clients p99 ms | one batched call q/s | "
-        "load |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    for r in rows:
-        lines.append(
-            f"| {r['n']:,} | {r['shards']} | {r['build_s']:.1f} | {r['n'] / r['build_s']:,.0f} | "
-            f"{max(r['mem']) / mib:.0f} | {max(r['rss']) / mib:.0f} | {r['p50'] * 1e3:.2f} | "
-            f"{r['p99'] * 1e3:.2f} | {r['conc_qps']:,.0f} | {r['conc_p99'] * 1e3:.1f} | "
-            f"{r['batch_qps']:,.0f} | {r['load']:.1f} |"
-        )
-    lines += [
-        "",
-        "Memory per item (index account of the largest shard x shards / items): "
-        + ", ".join(
-            f"{r['n']:,} in {r['shards']}: {max(r['mem']) * r['shards'] / r['n']:.0f} B"
-            for r in rows
-        )
-        + ".",
-    ]
-    report(
-        "\n".join(lines) + "\n",
-        args.write_results,
-        command=command_line("shards.py", argv),
-        title="Sharded index on Ray: build, queries and memory by items and shards",
-    )
     return 0
 
 
