@@ -187,7 +187,7 @@ def main(argv=None) -> int:
         include_dashboard=False,
         log_to_driver=False,
         namespace="hypsearch",
-        _temp_dir=f"/tmp/hsbench-{os.getpid()}",
+        _temp_dir=os.path.join(tempfile.gettempdir(), f"hsbench-{os.getpid()}"),
     )
     tmp = Path(tempfile.mkdtemp(prefix="hs-shards-"))
     rows: list[dict] = []
