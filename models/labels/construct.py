@@ -449,6 +449,8 @@ def cap_construction(
     seed: int = 0,
     layout: str = "pull",
     folds: str = "general",
+    outward: float = 0.0,
+    max_radius: float = 32.0,
 ) -> CapPlacement:
     """Place every node so that caps nest along a spanning tree (see the module docstring).
 
@@ -464,6 +466,13 @@ def cap_construction(
     hold (pairs reached only through a second parent: ``pairs_off_tree``) and
     the number of pairs its folds hold though they are not closure pairs
     (``pairs_folded``, :func:`tree_parents`).
+
+    ``outward`` (> 0): then every closed subtree (no node outside it has an
+    ancestor off the tree inside it) moves outward by up to ``outward`` in
+    radius, top down, no radius past ``max_radius``
+    (:mod:`models.labels.outward`): the ancestors reached through second
+    parents rank far better, the caps still nest as they did
+    (``outward_moved``, ``outward_mean_push`` in ``info``).
     """
     if dim < 2:
         raise ValueError(f"dim must be at least 2, got {dim}")
@@ -471,6 +480,10 @@ def cap_construction(
         raise ValueError(f"layout must be 'pull' or 'random', got {layout!r}")
     if folds not in ("general", "pass-through"):
         raise ValueError(f"folds must be 'general' or 'pass-through', got {folds!r}")
+    if not (outward >= 0 and math.isfinite(outward)):
+        raise ValueError(f"outward must be a finite number >= 0, got {outward}")
+    if not (0 < max_radius <= 36.0):
+        raise ValueError(f"max_radius must be in (0, 36], got {max_radius}")
     rng = np.random.default_rng(seed)
     n = len(taxonomy)
     edges = taxonomy.closure_edges()
@@ -538,9 +551,21 @@ def cap_construction(
             dirs[c] = v / np.linalg.norm(v)
             rho[c] = rho[p] + step
             theta[c] = theta[p] * r
+    held, _ = _held_pairs(tree, order, edges)
+    pushed = {}
+    if outward > 0:
+        from .outward import closed_nodes, push_outward
+
+        tin, tout = _euler(tree, order)
+        closed = closed_nodes(tree, tin, tout, edges[~held] if len(edges) else edges)
+        dirs, rho, moved = push_outward(
+            dirs, rho, tree, order, closed, tin, tout,
+            theta0=theta0, beta=beta, room=outward, max_radius=max_radius,
+        )  # fmt: skip
+        pushed = {"outward": outward, "outward_moved": moved["moved"]}
+        pushed["outward_mean_push"] = moved["mean_push"]
     norm = np.tanh(rho / 2) / math.sqrt(curvature)
     points = torch.from_numpy(dirs * norm[:, None])
-    held, _ = _held_pairs(tree, order, edges)
     info = {
         "max_radius": float(rho.max()) if n else 0.0,
         "min_step": float(min(steps)) if steps else 0.0,
@@ -549,5 +574,6 @@ def cap_construction(
         "pairs_folded": int(false_pairs),
         "layout": layout,
         "folds": folds,
+        **pushed,
     }
     return CapPlacement(points=points, radius=rho, tree_parent=tree, info=info)

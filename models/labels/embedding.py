@@ -66,6 +66,10 @@ class LabelTrainConfig:
     # "general": a second parent's chain is folded into the chosen parent's cap also when
     # it has other children (counted as false pairs); "pass-through": only one-child chains
     cap_folds: str = "general"
+    # > 0: closed subtrees (holding no ancestor of a node outside them) moved outward by
+    # up to this much radius (models.labels.outward), no radius past cap_max_radius
+    cap_outward: float = 0.0
+    cap_max_radius: float = 32.0
     cone_epochs: int = 0
     cone_weight: float = 0.0  # weight of the cone loss added to every N&K step; 0: off
     cone_negatives: int = 10
@@ -116,6 +120,10 @@ class LabelTrainConfig:
             )
         if not self.cap_separation >= 1:
             raise ValueError(f"cap_separation must be >= 1, got {self.cap_separation}")
+        if not (self.cap_outward >= 0 and math.isfinite(self.cap_outward)):
+            raise ValueError(f"cap_outward must be a finite number >= 0, got {self.cap_outward}")
+        if not 0 < self.cap_max_radius <= 36:
+            raise ValueError(f"cap_max_radius must be in (0, 36], got {self.cap_max_radius}")
         cones.cone_spec(**self.cone_spec())
         if not self.lr > 0:
             raise ValueError(f"lr must be positive, got {self.lr}")

@@ -283,6 +283,8 @@ def train_labels(
                 seed=cfg.seed,
                 layout=cfg.cap_layout,
                 folds=cfg.cap_folds,
+                outward=cfg.cap_outward,
+                max_radius=cfg.cap_max_radius,
             )
             theta = placed.points
             construction = placed.info

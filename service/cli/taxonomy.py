@@ -75,6 +75,7 @@ _LABEL_TRAIN_FIELDS = (
     "cone_weight",
     "leaf_spread",
     "init",
+    "cap_outward",
 )
 
 
@@ -209,6 +210,14 @@ def add_commands(sub) -> None:
         "--cone-weight", type=nonneg_float, default=0.0, help="cone loss added to each step"
     )
     tr.add_argument("--cone-k", type=positive_float, default=0.1, help="cone aperture constant K")
+    tr.add_argument(
+        "--outward",
+        dest="cap_outward",
+        type=nonneg_float,
+        default=None,
+        help="cap init: move subtrees that hold no second parent's ancestor outward by up "
+        "to this radius (0: off, the default; 10 on the WordNet nouns)",
+    )
     tr.add_argument(
         "--init",
         choices=["cap", "hierarchical", "random"],
