@@ -51,7 +51,14 @@ import torch
 
 from ..taxonomy.graph import Taxonomy
 
-__all__ = ["CapPlacement", "cap_construction", "spherical_code", "tree_parents", "tree_plan"]
+__all__ = [
+    "CapPlacement",
+    "cap_construction",
+    "moved_outward",
+    "spherical_code",
+    "tree_parents",
+    "tree_plan",
+]
 
 
 def tree_parents(taxonomy: Taxonomy, *, general: bool = False) -> tuple[np.ndarray, list[int]]:
@@ -552,18 +559,6 @@ def cap_construction(
             rho[c] = rho[p] + step
             theta[c] = theta[p] * r
     held, _ = _held_pairs(tree, order, edges)
-    pushed = {}
-    if outward > 0:
-        from .outward import closed_nodes, push_outward
-
-        tin, tout = _euler(tree, order)
-        closed = closed_nodes(tree, tin, tout, edges[~held] if len(edges) else edges)
-        dirs, rho, moved = push_outward(
-            dirs, rho, tree, order, closed, tin, tout,
-            theta0=theta0, beta=beta, room=outward, max_radius=max_radius,
-        )  # fmt: skip
-        pushed = {"outward": outward, "outward_moved": moved["moved"]}
-        pushed["outward_mean_push"] = moved["mean_push"]
     norm = np.tanh(rho / 2) / math.sqrt(curvature)
     points = torch.from_numpy(dirs * norm[:, None])
     info = {
@@ -574,6 +569,57 @@ def cap_construction(
         "pairs_folded": int(false_pairs),
         "layout": layout,
         "folds": folds,
-        **pushed,
     }
-    return CapPlacement(points=points, radius=rho, tree_parent=tree, info=info)
+    placed = CapPlacement(points=points, radius=rho, tree_parent=tree, info=info)
+    if outward > 0:
+        placed = moved_outward(
+            taxonomy, placed, outward=outward, max_radius=max_radius,
+            theta0=theta0, beta=beta, curvature=curvature,
+        )  # fmt: skip
+    return placed
+
+
+def moved_outward(
+    taxonomy: Taxonomy,
+    placed: CapPlacement,
+    *,
+    outward: float,
+    max_radius: float = 32.0,
+    theta0: float = 2.5,
+    beta: float = 0.5,
+    curvature: float = 1.0,
+) -> CapPlacement:
+    """A cap construction with its closed subtrees moved outward (:mod:`models.labels.outward`;
+    ``cap_construction(..., outward=...)`` in one call)."""
+    from .outward import closed_nodes, push_outward
+
+    tree = placed.tree_parent
+    order = _top_down(tree)
+    edges = taxonomy.closure_edges()
+    held, _ = _held_pairs(tree, order, edges)
+    tin, tout = _euler(tree, order)
+    closed = closed_nodes(tree, tin, tout, edges[~held] if len(edges) else edges)
+    x = placed.points.numpy()
+    nrm = np.linalg.norm(x, axis=1)
+    dirs = x / np.maximum(nrm, 1e-300)[:, None]
+    dirs, rho, moved = push_outward(
+        dirs, placed.radius, tree, order, closed, tin, tout,
+        theta0=theta0, beta=beta, room=outward, max_radius=max_radius,
+    )  # fmt: skip
+    norm = np.tanh(rho / 2) / math.sqrt(curvature)
+    info = dict(placed.info, max_radius=float(rho.max()) if len(rho) else 0.0, outward=outward)
+    info.update(outward_moved=moved["moved"], outward_mean_push=moved["mean_push"])
+    return CapPlacement(torch.from_numpy(dirs * norm[:, None]), rho, tree, info)
+
+
+def _top_down(tree: np.ndarray) -> list[int]:
+    """A top-down order of the forest ``tree`` (breadth first)."""
+    kids: list[list[int]] = [[] for _ in range(len(tree))]
+    out = []
+    for i in range(len(tree)):
+        (kids[tree[i]] if tree[i] >= 0 else out).append(i)
+    head = 0
+    while head < len(out):
+        out.extend(kids[out[head]])
+        head += 1
+    return out
