@@ -16,8 +16,8 @@ from .proxy import (
 )
 from .search import (
     _append_unique,
-    _beam,
     _beam_buffers,
+    _route_node,
 )
 
 
@@ -105,20 +105,7 @@ def insert_search(graph, met, nodes, seq, start, L, visited, lo, hi, cand_i, can
         node = nodes[b]
         stamp += 1
         # route over every node in the graph (tombstones too)
-        nr, n_beam = _beam(
-            graph,
-            met,
-            empty_ok,
-            x[node : node + 1],
-            aux[node : node + 1],
-            start,
-            L,
-            1,
-            visited,
-            np.uint32(stamp),
-            bufs,
-            False,
-        )
+        nr, n_beam = _route_node(graph, met, empty_ok, x, aux, node, start, L, visited, stamp, bufs)
         m = 0
         for j in range(n_beam):
             bi = beam_i[j]

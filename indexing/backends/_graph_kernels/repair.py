@@ -10,8 +10,8 @@ from .proxy import (
     _sym,
 )
 from .search import (
-    _beam,
     _beam_buffers,
+    _route_node,
 )
 
 
@@ -90,19 +90,8 @@ def repair(graph, met, start, L, order):
                 best = roomy
             else:
                 stamp += 1
-                _, n_beam = _beam(
-                    graph,
-                    met,
-                    no_filter,
-                    x[u : u + 1],
-                    aux[u : u + 1],
-                    start,
-                    L,
-                    1,
-                    visited,
-                    np.uint32(stamp),
-                    bufs,
-                    False,
+                _, n_beam = _route_node(
+                    graph, met, no_filter, x, aux, u, start, L, visited, stamp, bufs
                 )
                 for j in range(n_beam):
                     v = beam_i[j]

@@ -180,6 +180,17 @@ def _beam(graph, met, ok, q, qa, start, L, R_out, visited, stamp, bufs, track):
     return n_res, n_beam
 
 
+@njit(inline="always", cache=True)
+def _route_node(graph, met, no_filter, x, aux, u, start, L, visited, stamp, bufs):
+    """The beam of node ``u``'s own point over every node (``no_filter``: an empty
+    mask; tombstones route too), width ``L``: ``(n results, n in the beam)``, the beam
+    in ``bufs[0]`` (nodes) and ``bufs[1]`` (keys).  Insertion and repair route so."""
+    return _beam(
+        graph, met, no_filter, x[u : u + 1], aux[u : u + 1], start, L, 1, visited,
+        np.uint32(stamp), bufs, False,
+    )  # fmt: skip
+
+
 @njit(nogil=True, cache=True)
 def search_batch(
     graph,
