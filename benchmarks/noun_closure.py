@@ -253,16 +253,9 @@ def _off_tree_tables(tax, tree, order, ranks, held, n_desc) -> list[str]:
 
 
 def _top_down(tree: np.ndarray) -> list[int]:
-    n = len(tree)
-    kids: list[list[int]] = [[] for _ in range(n)]
-    out = []
-    for i in range(n):
-        (kids[tree[i]] if tree[i] >= 0 else out).append(i)
-    head = 0
-    while head < len(out):
-        out.extend(kids[out[head]])
-        head += 1
-    return out
+    from models.labels.construct import _top_down as top_down
+
+    return top_down(tree)
 
 
 def main() -> int:
@@ -350,16 +343,9 @@ def main() -> int:
         for room in args.outward if kind == "new" else []:
             moved, sec = _outward(tax, emb, room)
             loads.append(f"{label} moved outward by {room:g}, dim {dim}: {_load()}")
-            rec = evaluate_reconstruction(moved, sample=args.sample or None, seed=0)
-            con = evaluate_cones(moved)
-            info = moved.metrics["construction"]
-            summary.append(
-                f"| defaults, then closed subtrees moved outward by up to {room:g} "
-                f"(`--outward {room:g}`) | {dim} | {(seconds + sec) / 60:.1f} | "
-                f"{rec['mean_rank']:.2f} | {rec['map']:.4f} | {con['cone_precision']:.4f} | "
-                f"{con['cone_recall']:.4f} | {info['pairs_off_tree']:,} | "
-                f"{info['pairs_folded']:,} | {info['max_radius']:.1f} |"
-            )
+            what = f"defaults, then closed subtrees moved outward by up to {room:g} "
+            what += f"(`--outward {room:g}`)"
+            summary.append(_summary_row(what, dim, seconds + sec, moved, args.sample))
             print(summary[-1], file=sys.stderr)
             if dim == 10 and room == args.outward[0]:
                 ranks = pair_ranks(moved, us)
@@ -457,15 +443,8 @@ def experiments(emb, tree, ranks, seconds, sample):
         t = time.perf_counter()
         e = train_labels(tax, LabelTrainConfig(dim=10, cap_separation=sep, cap_margin=margin))
         sec = time.perf_counter() - t
-        rec = evaluate_reconstruction(e, sample=sample or None, seed=0)
-        con = evaluate_cones(e)
-        info = e.metrics["construction"]
-        rows.append(
-            f"| defaults but cap_separation {sep}, cap_margin {margin} (an experiment, "
-            f"not the default) | 10 | {sec / 60:.1f} | {rec['mean_rank']:.2f} | "
-            f"{rec['map']:.4f} | {con['cone_precision']:.4f} | {con['cone_recall']:.4f} | "
-            f"{info['pairs_off_tree']:,} | {info['pairs_folded']:,} | {info['max_radius']:.1f} |"
-        )
+        what = f"defaults but cap_separation {sep}, cap_margin {margin} (an experiment, "
+        rows.append(_summary_row(what + "not the default)", 10, sec, e, sample))
         print(rows[-1], file=sys.stderr)
     # the worst leaves of several parents: the best point between their branches
     order = _top_down(tree)
@@ -500,6 +479,20 @@ def experiments(emb, tree, ranks, seconds, sample):
         )
     lines.append("")
     return rows, "\n".join(lines)
+
+
+def _summary_row(label: str, dim: int, seconds: float, emb, sample: int) -> str:
+    """A row of the summary table: ``emb`` evaluated (ranks on ``sample`` nodes, cones)."""
+    from models.labels import evaluate_cones, evaluate_reconstruction
+
+    rec = evaluate_reconstruction(emb, sample=sample or None, seed=0)
+    con = evaluate_cones(emb)
+    info = emb.metrics["construction"]
+    return (
+        f"| {label} | {dim} | {seconds / 60:.1f} | {rec['mean_rank']:.2f} | "
+        f"{rec['map']:.4f} | {con['cone_precision']:.4f} | {con['cone_recall']:.4f} | "
+        f"{info['pairs_off_tree']:,} | {info['pairs_folded']:,} | {info['max_radius']:.1f} |"
+    )
 
 
 def _load() -> str:
