@@ -30,6 +30,14 @@ asyncio client below; either shares the machine's cores with the server.
 table to ``benchmarks/results/NAME.md`` (``load.md`` without a NAME). Only
 127.0.0.1 is ever contacted; every cell is bounded in time and in requests.
 
+``--labels CHECKPOINT`` measures the label searches over another taxonomy
+(e.g. the 82,115 WordNet nouns of ``hypsearch labels train``): the server
+also gets a collection ``labels-load`` with that checkpoint's labels
+(``POST /v1/collections``, the checkpoint copied under a data root) and
+``--label-items`` items, each near a random label's point, and the ``label``
+and ``label-hier`` requests ask that collection for labels drawn uniformly
+from the taxonomy.
+
 Targets (32 connections, 2 cores, the generator on the same cores): vector
 search p99 <= 5 ms, label searches (default and hierarchical) p99 <= 15 ms,
 no errors.
@@ -83,6 +91,62 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def label_collection(url: str, ckpt: Path, folder: Path, items: int, n: int = 200, seed=0):
+    """Create the collection ``labels-load`` over the label checkpoint ``ckpt`` (copied
+    into ``folder``, a data root of the server), upsert ``items`` items near random
+    labels' points, and return the label requests of that collection."""
+    import json
+    import shutil
+
+    import httpx
+
+    from models.labels import LabelEmbedding
+
+    emb = LabelEmbedding.load(ckpt)
+    ckpt_name = "labels.safetensors"
+    shutil.copy(ckpt, folder / ckpt_name)
+    names = emb.taxonomy.names
+    space = f"poincare:{emb.dim}@{float(emb.curvature):g}"
+    with httpx.Client(base_url=url, timeout=600) as c:
+        r = c.post(
+            "/v1/collections",
+            json={
+                "name": "labels-load",
+                "space": space,
+                "taxonomy": str(folder / "labels.safetensors"),
+            },
+        )
+        if r.status_code >= 300:
+            raise SystemExit(f"creating the collection: {r.status_code} {r.text}")
+        rng = np.random.default_rng(seed)
+        x = emb.embeddings.numpy()
+        sc = float(emb.curvature) ** 0.5
+        for s in range(0, items, 500):
+            rows = rng.integers(0, len(names), min(500, items - s))
+            body = []
+            for j, row in enumerate(rows.tolist()):
+                v = x[row]
+                nv = float(np.linalg.norm(v))
+                rho = 2 * np.arctanh(min(nv * sc, 1 - 1e-16))
+                v = v / max(nv, 1e-300) * np.tanh(min(rho, 12.0) / 2) / sc  # inside its label
+                body.append({"id": f"lab-{s + j}", "vector": v.tolist(), "label": names[row]})
+            r = c.post("/v1/collections/labels-load/items/batch", json={"items": body})
+            if r.status_code >= 300:
+                raise SystemExit(f"upserting items: {r.status_code} {r.text[:300]}")
+    pick = random.Random(seed)
+
+    def js(body: dict) -> tuple:
+        return ("POST", "/v1/collections/labels-load/search", "application/json",
+                json.dumps(body).encode())  # fmt: skip
+
+    return {
+        "label": [js({"label": pick.choice(names), "k": 10}) for _ in range(n)],
+        "label-hier": [
+            js({"label": pick.choice(names), "k": 10, "mode": "hierarchical"}) for _ in range(n)
+        ],
+    }
+
+
 def start_server(
     model: Path, index: Path, log: Path, extra_env: dict
 ) -> tuple[subprocess.Popen, str]:
@@ -115,7 +179,7 @@ def start_server(
         stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
-    wait_ready(proc, url, log)
+    wait_ready(proc, url, log, limit=300.0)  # a shared, loaded machine starts slowly
     return proc, url
 
 
@@ -372,6 +436,15 @@ def table(rows: list[dict], meta: dict) -> str:
         f"load average (1 min) before each cell in the table, "
         f"{meta['load'][0]:.1f} before the run, {meta['load'][1]:.1f} after:",
         "",
+        *(
+            [
+                f"Label searches of the collection `labels-load` ({meta['labels']:,} labels, "
+                f"`--labels`), {meta['items']} items in it.",
+                "",
+            ]
+            if meta.get("labels")
+            else []
+        ),
         "| request | connections | requests | errors | p50 ms | p99 ms | requests/s "
         "| load before | target |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
@@ -440,6 +513,10 @@ def main() -> int:
         default="wrk" if shutil.which("wrk") else "python",
     )
     p.add_argument("--profile", type=Path, help="py-spy flame graphs of each cell into DIR")
+    p.add_argument(
+        "--labels", type=Path, help="label checkpoint: label searches over its taxonomy (above)"
+    )
+    p.add_argument("--label-items", type=int, default=2000, help="items of --labels' collection")
     add_results_flag(p, "load")
     args = p.parse_args()
     if not 0 < args.seconds <= 60:
@@ -453,8 +530,19 @@ def main() -> int:
     known = {"vector", "label", "label-hier", "image", "batch"}
     if set(kinds) - known:
         p.error(f"--kinds: unknown {sorted(set(kinds) - known)} (known: {sorted(known)})")
+    if args.labels is not None:
+        if args.url:
+            p.error("--labels starts its own server: leave --url out")
+        if not args.labels.is_file():
+            p.error(f"--labels {args.labels}: no such file")
+        if set(kinds) - {"label", "label-hier"}:
+            p.error("--labels measures the kinds label and label-hier only")
+        if not 0 < args.label_items <= 100000:
+            p.error("--label-items: 1 to 100000")
     proc = None
     tmp = tempfile.TemporaryDirectory(prefix="hs-load-")
+    roots = Path(tmp.name) / "roots"
+    roots.mkdir()
     if args.url:
         host = urlparse(args.url).hostname
         if host not in ("127.0.0.1", "localhost", "::1"):
@@ -474,7 +562,10 @@ def main() -> int:
             Path(args.model),
             index,
             Path(tempfile.gettempdir()) / "hypsearch-load-server.log",
-            {},
+            # --labels: the collection lives in a home of its own, gone with the run
+            {"HYPSEARCH_DATA_ROOTS": str(roots), "HYPSEARCH_HOME": str(roots.parent / "home")}
+            if args.labels is not None
+            else {},
         )
     try:
         import httpx
@@ -482,6 +573,12 @@ def main() -> int:
         load_before = os.getloadavg()[0]
         stats = httpx.get(url + "/v1/stats", timeout=10).json()
         loads = workloads(url, batch_size=args.batch_size)
+        if args.labels is not None:
+            t = time.perf_counter()
+            loads |= label_collection(url, args.labels, roots, args.label_items)
+            stats = httpx.get(url + "/v1/collections/labels-load", timeout=10).json()
+            print(f"collection labels-load: {stats} ({time.perf_counter() - t:.0f} s)",
+                  file=sys.stderr)  # fmt: skip
         rows = []
         if args.profile:
             args.profile.mkdir(parents=True, exist_ok=True)
@@ -529,6 +626,7 @@ def main() -> int:
         "load": (load_before, os.getloadavg()[0]),
         "generator": "wrk (1 thread)" if args.generator == "wrk" else "the asyncio generator",
         "batch_size": args.batch_size,
+        "labels": stats.get("labels") if args.labels is not None else None,
     }
     report(table(rows, meta), args.write_results, command=command)
     return 0
