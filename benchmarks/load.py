@@ -453,7 +453,7 @@ def table(rows: list[dict], meta: dict) -> str:
         target = TARGETS.get((r["kind"], r["clients"]))
         verdict = ""
         if target is not None:
-            ok = r["p99"] <= target and r["errors"] == 0
+            ok = r["requests"] > 0 and r["p99"] <= target and r["errors"] == 0
             verdict = f"p99 <= {target:g} ms: {'met' if ok else 'not met'}"
         out.append(
             f"| {r['kind']} | {r['clients']} | {r['requests']} | {r['errors']} | {r['p50']:.1f} | "
@@ -611,7 +611,11 @@ def main() -> int:
     finally:
         if proc is not None:
             proc.terminate()
-            proc.wait(30)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:  # busy with requests still queued
+                proc.kill()
+                proc.wait(30)
         tmp.cleanup()
     command = command_line("load.py")
     shown = command.removeprefix("python benchmarks/load.py").strip()
