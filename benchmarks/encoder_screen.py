@@ -26,9 +26,9 @@ import time
 import torch
 from torch import nn
 
-from models.encoders import _block
 from models.images.datasets import load_fashion_mnist
 from models.images.preprocess import Preprocess
+from models.vision.encoders import _block
 
 VARIANTS = {
     "base": dict(widths=[32, 64, 128, 128], depths=[1, 1, 1, 1], ceil=False),
@@ -39,7 +39,7 @@ VARIANTS = {
 
 
 def block(c_in: int, c_out: int, depth: int, ceil: bool) -> nn.Sequential:
-    """The pool-first block of models.encoders (conv, 2x2 max pool, BN, ReLU, then
+    """The pool-first block of models.vision.encoders (conv, 2x2 max pool, BN, ReLU, then
     ``depth - 1`` more convolutions at the pooled size), its pooling in ceil mode
     where asked."""
     b = _block(c_in, c_out, depth, pool_first=True)

@@ -47,7 +47,7 @@ def open_runtime(home: Path, folder: Path, model_path: Path | None = None):
     import torch
 
     from indexing import HyperbolicIndex
-    from models.image_model import load_model
+    from models.vision.image_model import load_model
     from service.ingest.build import build_index
     from service.ingest.plans import plan_dataset
     from service.runtime import runtime_for

@@ -56,7 +56,7 @@ def hyperbolic(
     parent off (``placement_confidence`` 0, ``placement_novelty`` unbounded)."""
     with tempfile.TemporaryDirectory() as tmp:
         if no_backoff:
-            from models.image_model import load_model
+            from models.vision.image_model import load_model
 
             model = load_model(path)
             model.config = dict(model.config, placement_confidence=0.0, placement_novelty=1e9)
@@ -86,8 +86,8 @@ def twin(path: Path, chains: dict, k: int, max_results: int) -> dict:
     """Scores of one Euclidean twin answering by its nearest class prototype."""
     import torch
 
-    from models.image_model import load_model
     from models.images.datasets import FASHION_MNIST_CLASSES, load_fashion_mnist
+    from models.vision.image_model import load_model
 
     torch.set_num_threads(1)
     model = load_model(path)

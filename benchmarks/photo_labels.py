@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from indexing import HyperbolicIndex
-    from models.image_model import load_model
+    from models.vision.image_model import load_model
     from service import searching
     from service.runtime import runtime_for
 

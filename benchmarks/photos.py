@@ -5,7 +5,7 @@ The photo set: every picture that scikit-image ships in ``skimage/data`` that is
 a photograph or a picture of something (24, textures and microscopy included),
 scikit-learn's two sample photos, and three renders of each of 8 real photos
 (mirrored, the left two thirds, the centre two thirds): 50 images. For each
-placement of :class:`models.pretrained.PretrainedModel` it grades each image's
+placement of :class:`models.vision.pretrained.PretrainedModel` it grades each image's
 nearest label (geodesic distance, over all 1,860 label nodes) against what the
 photo is known to show (:data:`KINDS`: the WordNet synset of what the package's
 documentation calls it -- ``skimage.data.chelsea``: "Chelsea the cat";
@@ -61,9 +61,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _common import ROOT, add_results_flag, command_line, cpu_model, report  # noqa: E402
 
-from models.image_model import load_model  # noqa: E402
 from models.images.decode import decode  # noqa: E402
 from models.prototypes import nearest_rows  # noqa: E402
+from models.vision.image_model import load_model  # noqa: E402
 
 SKIMAGE = [
     "astronaut.png", "brick.png", "camera.png", "cell.png", "chelsea.png", "clock_motion.png",

@@ -8,7 +8,7 @@ model's config):
 * ``PREFIX-placed.safetensors``: ``placement: cones`` without back-offs
   (confidence 0, no novelty rule);
 * ``PREFIX-cal.safetensors``: ``placement: cones`` with the back-offs that
-  :func:`models.placement.calibrate` picks on the model's own validation split
+  :func:`models.vision.placement.calibrate` picks on the model's own validation split
   (the stratified split of ``hypsearch train``: same ``val_fraction``, ``seed``,
   held-out classes), as a model trained with ``--placement cones`` now gets them.
 
@@ -57,8 +57,8 @@ def validation_split(model):
 
 
 def main() -> int:
-    from models.image_model import load_model
-    from models.placement import ConePlacement, PlacementConfig, calibrate
+    from models.vision.image_model import load_model
+    from models.vision.placement import ConePlacement, PlacementConfig, calibrate
 
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--model", required=True)

@@ -6,9 +6,9 @@ split (carved from the training images) so that at most
 another trained class's cone, aiming at 0.05 on images it has not seen.  This
 script picks that aim without the test split: it cuts a trained model's
 validation split in two class-stratified halves, calibrates on one half with
-each candidate aim (:func:`models.placement.calibrate`: the model's own
+each candidate aim (:func:`models.vision.placement.calibrate`: the model's own
 posterior, classifier or distances) and measures, on the other half with the
-first half's radii (:func:`models.placement.back_off_grid`), the share placed in
+first half's radii (:func:`models.vision.placement.back_off_grid`), the share placed in
 another class's cone; then the same with the halves swapped.  The recommended
 aim is the largest candidate whose held-out share stays at or below the target
 (0.05) on both folds.
@@ -47,9 +47,9 @@ def halves(targets: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def main() -> int:
-    from models.image_model import load_model
-    from models.placement import back_off_grid, calibrate
     from models.training.validation import PLACEMENT_IN_CLASS, PLACEMENT_OTHER
+    from models.vision.image_model import load_model
+    from models.vision.placement import back_off_grid, calibrate
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default=str(ROOT / "var" / "model.safetensors"))

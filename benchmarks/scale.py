@@ -95,8 +95,8 @@ def builds(model_path: str, limit: int | None, workers: int) -> tuple[dict, Path
 
     from indexing.batches import open_index
     from indexing.sharded import ShardedIndex
-    from models.image_model import load_model
     from models.images.datasets import DEFAULT_FASHION_MNIST_DIR
+    from models.vision.image_model import load_model
     from service.ingest.build import build_index
     from service.ingest.plans import plan_dataset
     from service.ingest.ray_build import ray_build_index

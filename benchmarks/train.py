@@ -249,7 +249,7 @@ def head_output_of(placed: Path, out: Path, env: dict) -> None:
     trains (the placement is applied after training, to the outputs only), without
     training it again (a third fewer runs)."""
     code = (
-        "import sys; from models.image_model import ImageModel\n"
+        "import sys; from models.vision.image_model import ImageModel\n"
         "m = ImageModel.load(sys.argv[1]); m.config['placement'] = 'none'\n"
         "m.classifier = None; m.novelty = None; m.save(sys.argv[2])"
     )
@@ -568,9 +568,9 @@ def step_times(nodes=(1770, 10699), samples=(0, 256), batch=256, reps=12) -> str
     import torch
 
     from models.geometry import poincare
-    from models.heads import make_space
     from models.training.config import TrainConfig
     from models.training.losses import Prototypes, build_criterion
+    from models.vision.heads import make_space
 
     torch.set_num_threads(1)
     sp = make_space("poincare", 1.0)

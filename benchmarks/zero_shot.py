@@ -80,9 +80,9 @@ def variant(path: Path, rate: float, out: Path) -> Path:
     """The same weights with the novelty threshold set for ``rate`` on the model's own
     validation split (reproduced as ``hypsearch train`` drew it: the stratified split of
     the trained classes' images with the run's seed); rate 0: no novelty rule."""
-    from models.image_model import load_model
     from models.images.datasets import load_dataset
     from models.training.data import split_rows
+    from models.vision.image_model import load_model
 
     model = load_model(path)
     cfg = model.config

@@ -19,7 +19,7 @@ distance, so a process that only writes to a store starts fast.
 The classes here are *index* spaces (:class:`IndexSpace`,
 :class:`PoincareIndexSpace`, :class:`ProductIndexSpace`,
 :func:`make_index_space`); the embedding spaces of training are
-``models.heads.Space`` and ``models.geometry.ProductSpace``.
+``models.vision.heads.Space`` and ``models.geometry.ProductSpace``.
 """
 
 from __future__ import annotations

@@ -111,7 +111,7 @@ class Prototypes:
     @classmethod
     def of_model(cls, model) -> Prototypes:
         """Every node's prototype for an image model's embeddings
-        (:meth:`models.image_model.ImageModel.prototypes`: the label points, or their
+        (:meth:`models.vision.image_model.ImageModel.prototypes`: the label points, or their
         scaled stand-ins for a model trained with ``prototype_radius`` and not placed)."""
         pts = model.prototypes().detach().cpu().double().numpy()
         return cls.of(model.labels.taxonomy.names, pts, model.labels.curvature)

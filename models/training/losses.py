@@ -1,4 +1,4 @@
-r"""Training objectives, all on distances of a :class:`~models.heads.Space`.
+r"""Training objectives, all on distances of a :class:`~models.vision.heads.Space`.
 
 With labels and a label embedding (prototypes :math:`p_k` of the classes):
 
@@ -49,7 +49,7 @@ import torch
 import torch.nn.functional as F
 
 from ..geometry import cones
-from ..heads import Space
+from ..vision.heads import Space
 
 __all__ = [
     "LOSSES",

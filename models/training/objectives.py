@@ -55,7 +55,7 @@ from torch import nn
 
 from ..geometry import numerics as nm
 from ..geometry import poincare
-from ..heads import Space
+from ..vision.heads import Space
 from .losses import nt_xent, sampled_columns
 
 __all__ = [

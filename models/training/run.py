@@ -27,7 +27,7 @@ family, :func:`models.prototypes.label_cone_spec`; with nested cones, inside
 every ancestor's too) and outside the cones of the other trained classes; a
 cone lies beyond its label point, so the head's default reach is then
 ``cone_reach`` farther. The head works around a base point, the Einstein midpoint of the
-trained classes' label points (see :class:`models.heads.HyperbolicHead`): the
+trained classes' label points (see :class:`models.vision.heads.HyperbolicHead`): the
 label points of a deep WordNet subtree sit in a thin cone far from the
 origin (the Fashion-MNIST classes point in nearly the same direction), and
 seen from their midpoint they spread in every direction. The Euclidean twin
@@ -72,12 +72,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..image_model import ImageModel
 from ..images.augment import Augment
 from ..images.datasets import ImageSet
 from ..images.preprocess import normalize
 from ..labels import LabelEmbedding
 from ..prototypes import label_cone_spec
+from ..vision.image_model import ImageModel
 from .config import TrainConfig, TrainError
 from .data import Prepared, prepare_data
 from .losses import Criterion, build_criterion

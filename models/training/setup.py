@@ -11,12 +11,12 @@ import geoopt
 import torch
 from torch import nn
 
-from ..encoders import EncoderConfig, build_encoder, load_backbone
 from ..geometry import poincare
-from ..heads import HeadConfig, Space, build_head, make_space
 from ..images.preprocess import normalize
 from ..labels import LabelEmbedding
 from ..prototypes import label_cone_spec
+from ..vision.encoders import EncoderConfig, build_encoder, load_backbone
+from ..vision.heads import HeadConfig, Space, build_head, make_space
 from .config import TrainConfig, TrainError
 from .data import Prepared
 from .features import pretrained_encoder

@@ -1,6 +1,6 @@
 """The state of an unfinished training run: one checkpoint file, written after every epoch.
 
-The file is a model checkpoint (kind ``model``, see :mod:`models.image_model`)
+The file is a model checkpoint (kind ``model``, see :mod:`models.vision.image_model`)
 with ``partial: true`` and, beside the model's tensors, the optimiser's
 (``optim.<i>.<name>``) and the auxiliary classifier's (``aux.``), and under
 ``run`` in the metadata the configuration key, the optimiser's scalars, the
@@ -18,8 +18,8 @@ import torch
 from torch import nn
 
 from ..checkpoint import CheckpointError, load_checkpoint
-from ..image_model import KIND, ImageModel
 from ..labels import LabelEmbedding
+from ..vision.image_model import KIND, ImageModel
 from .config import TrainConfig, TrainError
 
 __all__ = ["Resumed", "load_partial_config", "resume_run", "save_run"]

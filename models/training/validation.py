@@ -9,7 +9,7 @@ import time
 import torch
 from torch import nn
 
-from ..image_model import ImageModel
+from ..vision.image_model import ImageModel
 from .config import TrainConfig
 from .data import Prepared
 from .setup import Model, autocast, encode, model_inputs
@@ -67,12 +67,12 @@ NOVELTY_FIT_IMAGES = 20_000
 
 
 def fit_novelty(out: ImageModel, model: Model, prep: Prepared, cfg: TrainConfig) -> None:
-    """The feature novelty rule (:mod:`models.novelty`): fitted on up to
+    """The feature novelty rule (:mod:`models.vision.novelty`): fitted on up to
     :data:`NOVELTY_FIT_IMAGES` training images, its threshold calling
     ``cfg.novelty_rate`` of the validation images novel; kept in ``out.novelty``,
     ``out.config["novelty_threshold"]`` and ``out.metrics["novelty"]``. Features in
     float32 (no bfloat16 autocast), as :meth:`ImageModel.embed` computes them."""
-    from ..novelty import FeatureNovelty
+    from ..vision.novelty import FeatureNovelty
 
     rate = cfg.resolved_novelty_rate(len(prep.classes))
     tr, va = prep.train_targets >= 0, prep.val_targets >= 0
@@ -117,13 +117,13 @@ def placement_merit(got: dict) -> tuple[bool, float]:
 
 def calibrate_placement(out: ImageModel, model: Model, prep: Prepared, cfg: TrainConfig) -> None:
     """The cone placement's back-offs from the validation split
-    (:func:`models.placement.calibrate`), written into ``out.config``
+    (:func:`models.vision.placement.calibrate`), written into ``out.config``
     (``placement_confidence``, ``placement_novelty``, ``placement_radii``) and
     ``out.metrics["placement"]``; with a kept classifier, its posterior or the
     distances', whichever does better on validation (:func:`placement_merit`;
     ``placement_posterior``, ``metrics["placement_val_in_class"]`` and
     ``["placement_val_other"]``)."""
-    from ..placement import ConePlacement, PlacementConfig, calibrate
+    from ..vision.placement import ConePlacement, PlacementConfig, calibrate
 
     if cfg.placement_posterior == "classifier":
         if isinstance(model.aux, nn.Linear):  # kept for the placement's posterior

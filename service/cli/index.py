@@ -26,8 +26,8 @@ def _model_and_plan(args: argparse.Namespace, *, ball_only: bool):
     bad input is a :class:`CliError`. Shared by ``index build`` and ``embed``."""
     import torch
 
-    from models.image_model import load_model
     from models.images.datasets import read_class_map
+    from models.vision.image_model import load_model
 
     from ..ingest.plans import plan_dataset, plan_path
     from ..ingest.roots import BuildInputError

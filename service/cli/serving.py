@@ -146,7 +146,7 @@ def _serve_on_ray(args: argparse.Namespace, settings, url: str) -> int:
 
     try:
         if settings.model is not None:
-            from models.image_model import load_model
+            from models.vision.image_model import load_model
 
             labels = load_model(str(settings.model)).labels
         else:

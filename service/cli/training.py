@@ -72,7 +72,7 @@ def _load_labels(path: str):
 
 def _train_labels(path: str | None, cfg):
     """``--labels``, or without it the pretrained backbone's WordNet nouns (the ImageNet
-    classes and their hypernyms, :func:`models.pretrained.imagenet_labels`)."""
+    classes and their hypernyms, :func:`models.vision.pretrained.imagenet_labels`)."""
     from models.training.features import is_pretrained_backbone
 
     if path is not None:
@@ -83,7 +83,7 @@ def _train_labels(path: str | None, cfg):
             "or --unsupervised)"
         )
     from models.checkpoint import CheckpointError
-    from models.pretrained import imagenet_labels
+    from models.vision.pretrained import imagenet_labels
 
     try:
         return imagenet_labels()
@@ -156,7 +156,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     }
     if "features" in m:  # a pretrained backbone: its cached outputs (file, reused or computed)
         result["features"] = m["features"]
-    if "novelty" in m:  # the zero-shot rule of a placed model (models.novelty)
+    if "novelty" in m:  # the zero-shot rule of a placed model (models.vision.novelty)
         result["novelty"] = m["novelty"]
     if clusters is not None:
         result["clusters"] = clusters
@@ -175,9 +175,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     import torch
 
-    from models.image_model import load_model
     from models.images.datasets import ImageSet, load_dataset, read_class_map, split_indices
     from models.training.evaluate import evaluate_model
+    from models.vision.image_model import load_model
 
     torch.set_num_threads(args.threads)
     if not args.model.startswith("pretrained:"):

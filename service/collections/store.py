@@ -310,7 +310,7 @@ class StoreMixin:
                 raise ApiError(422, "model: the default collection has no model")
             return m
         from models.checkpoint import CheckpointError
-        from models.image_model import load_model
+        from models.vision.image_model import load_model
 
         real = self._server_path(model, "model")
         try:

@@ -14,7 +14,7 @@ sources), so the result is the same index, item for item:
   batches -- and become a Ray dataset (``ray.data.from_numpy``: one block per
   batch, their positions in the list).
 * ``map_batches`` over a pool of ``workers`` actors (:class:`_Embedder`): each
-  loads the model once (``models.image_model.load_model``), pins torch to
+  loads the model once (``models.vision.image_model.load_model``), pins torch to
   ``threads`` threads, and embeds one block per call. The pictures of a
   built-in split travel once through the object store; files (folders,
   manifests) are read by the actors, so they must be readable on every node
@@ -61,7 +61,7 @@ class _Embedder:
         import ray
         import torch
 
-        from models.image_model import load_model
+        from models.vision.image_model import load_model
 
         torch.set_num_threads(threads)
         self.model = load_model(model_spec)

@@ -197,7 +197,7 @@ class BallRuntime(Runtime):
 
     def prototype(self, name: str) -> np.ndarray:
         """What a search by a label's name starts from, float64 (D,): where the model puts
-        that label's images (:meth:`models.image_model.ImageModel.search_points`: the label
+        that label's images (:meth:`models.vision.image_model.ImageModel.search_points`: the label
         point, its scaled stand-in, or a placed model's anchor); the label point without
         a model."""
         return self._search[self.taxonomy.index(name)].copy()

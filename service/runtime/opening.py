@@ -42,7 +42,7 @@ def open_runtime(settings, index=None) -> Runtime:
     model = None
     try:
         if settings.model is not None:
-            from models.image_model import load_model
+            from models.vision.image_model import load_model
 
             spec = str(settings.model)
             if not spec.startswith("pretrained:") and not Path(spec).is_file():

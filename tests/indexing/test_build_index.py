@@ -159,7 +159,7 @@ def test_embed_writes_the_vectors_an_index_build_stores(tmp_path, model_path, ca
     """``hypsearch embed``: (n, D) float64 in the sources' order, ids and space in
     the sidecar, the same vectors as ``index build`` stores; bad --out exits 2."""
     from indexing import HyperbolicIndex
-    from models.image_model import ImageModel
+    from models.vision.image_model import ImageModel
 
     write_folder(tmp_path / "pics", per_class=3)
     out = tmp_path / "z.npy"

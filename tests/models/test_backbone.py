@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from models.backbones import (
+from models.images.decode import decode
+from models.vision.backbones import (
     LITE0_SHA256,
     BackboneError,
     CropPreprocess,
@@ -19,7 +20,6 @@ from models.backbones import (
     lite0_weights_path,
     load_lite0,
 )
-from models.images.decode import decode
 
 pytestmark = pytest.mark.usefixtures("torch_single_thread")
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models.encoders import EncoderConfig, build_encoder, load_backbone
 from models.geometry import poincare
-from models.heads import EuclideanSpace, HeadConfig, PoincareSpace, build_head
 from models.training import losses
+from models.vision.encoders import EncoderConfig, build_encoder, load_backbone
+from models.vision.heads import EuclideanSpace, HeadConfig, PoincareSpace, build_head
 
 torch.set_num_threads(1)
 

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from models.geometry import poincare
-from models.heads import EuclideanSpace, PoincareSpace
 from models.labels import LabelEmbedding
 from models.taxonomy.graph import Taxonomy
 from models.training.evaluate import (
@@ -22,6 +21,7 @@ from models.training.evaluate import (
     ranked_neighbours,
     retrieval_metrics,
 )
+from models.vision.heads import EuclideanSpace, PoincareSpace
 
 torch.set_num_threads(1)
 

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 import torch
 
-from models.backbones import CropPreprocess, load_lite0
-from models.image_model import load_model
 from models.images.decode import decode
+from models.vision.backbones import CropPreprocess, load_lite0
+from models.vision.image_model import load_model
 from tests.support.cli import cli_status, one_line_error
 from tests.support.photos import PHOTOS
 from tests.support.server import Server, needs_data

@@ -1,4 +1,4 @@
-"""Feature novelty (models.novelty) and the placement's zero-shot rule built on it."""
+"""Feature novelty (models.vision.novelty) and the placement's zero-shot rule built on it."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from models.geometry import cones, poincare
-from models.novelty import FeatureNovelty
-from models.placement import ConePlacement
 from models.training.evaluate import auroc
+from models.vision.novelty import FeatureNovelty
+from models.vision.placement import ConePlacement
 from tests.support.cones import CAP, around, assert_placed_at, cap_labels, hand_tree, tiny_train
 
 
@@ -213,7 +213,7 @@ def test_a_held_out_class_trained_with_the_novelty_rule_lands_under_its_parent(f
     0.2 of validation), keeps it in the checkpoint, and the held-out images land at
     shoe.n.01 itself (sandal's parent: in its cone, in none of its children's) far more
     often than the trained classes' images do."""
-    from models.image_model import load_model
+    from models.vision.image_model import load_model
 
     labels, data, test = fm_cap
     # widths of 16 and 32: the narrowest encoder (8) has no features that tell sandals apart

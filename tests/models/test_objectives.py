@@ -12,7 +12,6 @@ import pytest
 import torch
 
 from models.geometry import poincare
-from models.heads import make_space
 from models.images.augment import Augment
 from models.training.config import MAX_HOP_CLASSES
 from models.training.losses import Prototypes, build_criterion, expected_hops, prototype_ce
@@ -30,6 +29,7 @@ from models.training.objectives import (
 )
 from models.training.run import TrainConfig, TrainError, train
 from models.training.setup import class_hops
+from models.vision.heads import make_space
 from tests.support.training import needs_fmnist, small_labels, tiny_config
 
 
@@ -349,8 +349,8 @@ def test_learned_curvature_moves_and_is_saved(labels, tmp_path):
     """--curvature learn: log c gets finite gradients through the loss and moves; the
     saved model's curvature is the learned value and its embeddings lie in that ball."""
     torch.set_num_threads(1)
-    from models.heads import HeadConfig, HyperbolicHead
-    from models.image_model import ImageModel
+    from models.vision.heads import HeadConfig, HyperbolicHead
+    from models.vision.image_model import ImageModel
 
     head = HyperbolicHead(HeadConfig(in_features=6, dim=4, learn_curvature=True))
     space = make_space("poincare", 1.0)
@@ -399,7 +399,7 @@ def test_product_model_builds_an_index_and_answers_search(labels, tmp_path):
     model = train(cfg, labels, progress=False)
     path = tmp_path / "m.safetensors"
     model.save(path)
-    from models.image_model import ImageModel
+    from models.vision.image_model import ImageModel
 
     model = ImageModel.load(path)
     assert model.geometry == "product" and model.dim == 8
@@ -466,7 +466,7 @@ def test_unsupervised_run_writes_a_cluster_taxonomy(tmp_path):
     )  # fmt: skip
     assert rc == 0
     tsv = tmp_path / "u.safetensors.clusters.tsv"
-    from models.image_model import ImageModel
+    from models.vision.image_model import ImageModel
 
     model = ImageModel.load(out)
     tax = model.labels.taxonomy

@@ -1,4 +1,5 @@
-"""Cone placement (models.placement): placed points inside their node's cone, never a child's."""
+"""Cone placement (models.vision.placement): placed points inside their node's cone,
+never a child's."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ import pytest
 import torch
 
 from models.geometry import cones, poincare
-from models.placement import ConePlacement, PlacementConfig, backoff_choice, class_membership
 from models.taxonomy.graph import Taxonomy
 from models.training.validation import placement_merit
+from models.vision.placement import ConePlacement, PlacementConfig, backoff_choice, class_membership
 from tests.support.cones import CAP, around, cap_labels, hand_tree, in_class_share, tiny_train
 
 # ---------------------------------------------------------------- move_outward
@@ -144,7 +145,7 @@ def test_placement_keeps_nearest_neighbours_within_a_class():
     """Points around one label point keep their order of distance to it (seen from
     each one's anchor: moved outward by its certainty), and surer points lie deeper,
     where the label's cone holds them more firmly."""
-    from models.placement import certainty
+    from models.vision.placement import certainty
 
     tax = Taxonomy.from_edges([("a", "r"), ("b", "r")])
     labels = cap_labels(tax, dim=4)
@@ -191,12 +192,12 @@ def test_placement_merit_prefers_meeting_both_aims_then_more_at_their_class():
 
 
 def test_trained_model_with_placement_lands_inside_class_cones(fm_cap, tmp_path):
-    from models.image_model import load_model
+    from models.vision.image_model import load_model
 
     labels, data, test = fm_cap
     model = tiny_train(labels, data, placement="cones")
     assert model.places_in_cones
-    # calibrated on the validation split at the end of training (models.placement.calibrate)
+    # calibrated on the validation split at the end of training (models.vision.placement.calibrate)
     assert set(model.config["placement_radii"]) == set(model.seen_classes)
     assert 0 <= model.config["placement_confidence"] <= 1
     assert model.placement.cfg.novelty == 1.0 and torch.isfinite(model.placement.radius).all()
@@ -333,7 +334,7 @@ def test_novelty_backoff_and_calibration_on_validation_points():
     """Per-class radii are the validation quantile of the distances to the class; a point
     of a class farther than novelty x radius backs off to the class's cone parent; the
     calibrated confidence meets the shares it reports."""
-    from models.placement import calibrate
+    from models.vision.placement import calibrate
 
     tax = hand_tree()
     labels = cap_labels(tax, dim=4)

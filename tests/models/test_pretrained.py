@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from models.checkpoint import CheckpointError
-from models.image_model import load_model
 from models.images.decode import decode
 from models.prototypes import nearest_rows
+from models.vision.image_model import load_model
 from tests.support.photos import PHOTOS
 from tests.support.server import needs_data
 

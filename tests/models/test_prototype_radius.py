@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from models.geometry import poincare
-from models.heads import EuclideanSpace, PoincareSpace
+from models.vision.heads import EuclideanSpace, PoincareSpace
 from tests.support.cones import tiny_train
 
 # ---------------------------------------------------------------- poincare.toward
@@ -134,7 +134,7 @@ def test_a_placed_scaled_model_embeds_beside_the_label_points(fm_cap, tmp_path):
     """Placement measures from the head's (scaled) prototypes but puts the images beside the
     label points: the embed space's prototypes are the label points again, and the
     saved model reloads with both."""
-    from models.image_model import load_model
+    from models.vision.image_model import load_model
 
     labels, data, test = fm_cap
     model = tiny_train(labels, data, epochs=2, placement="cones")

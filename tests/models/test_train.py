@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from models.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from models.image_model import ImageModel
 from models.images.datasets import FASHION_MNIST_CLASSES, load_fashion_mnist
 from models.labels import LabelTrainConfig, train_labels
 from models.taxonomy.graph import Taxonomy
 from models.training.run import TrainConfig, TrainError, get_lr, train
+from models.vision.image_model import ImageModel
 from tests.support.training import FMNIST, needs_fmnist, shapes_folder, small_labels, tiny_config
 
 
@@ -122,9 +122,9 @@ def test_truncated_and_foreign_checkpoints(labels, tmp_path):
     torch.set_num_threads(1)
     from safetensors.torch import save_file
 
-    from models.encoders import EncoderConfig
-    from models.heads import HeadConfig
     from models.images.preprocess import Preprocess
+    from models.vision.encoders import EncoderConfig
+    from models.vision.heads import HeadConfig
 
     model = ImageModel(
         EncoderConfig("conv4", 1, 28, [4, 4, 8, 8]),

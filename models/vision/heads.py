@@ -36,8 +36,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .geometry import numerics as nm
-from .geometry import poincare
+from ..geometry import numerics as nm
+from ..geometry import poincare
 
 __all__ = [
     "EuclideanHead",
@@ -183,7 +183,7 @@ class ProductTrainSpace(Space):
     name = "product"
 
     def __init__(self, spec: str, curvature: float = 1.0, base: torch.Tensor | None = None):
-        from .geometry.product import ProductSpace
+        from ..geometry.product import ProductSpace
 
         self.product = ProductSpace.parse(spec)
         self.spec = str(self.product)
@@ -215,7 +215,7 @@ class ProductTrainSpace(Space):
             elif f.kind == "euclidean":
                 parts.append(a.mean(0))
             else:
-                from .geometry import stereographic
+                from ..geometry import stereographic
 
                 v = stereographic.logmap0(a, k=f.curvature).mean(0)
                 parts.append(stereographic.expmap0(v, k=f.curvature))
@@ -340,7 +340,7 @@ class ProductHead(nn.Module):
 
     def __init__(self, cfg: HeadConfig):
         super().__init__()
-        from .geometry.product import ProductSpace
+        from ..geometry.product import ProductSpace
 
         self.cfg = cfg
         self.product = ProductSpace.parse(cfg.space or "")

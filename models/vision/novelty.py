@@ -20,7 +20,7 @@ unit length (which raised its AUROC on the held-out classes from 0.76 to
 The threshold is a quantile of the scores of validation images of the
 trained classes (:meth:`FeatureNovelty.calibrate`): ``rate`` is the share of
 them the rule calls novel, the price paid in seen images for catching unseen
-ones (:class:`models.placement.ConePlacement` then places a novel image in the
+ones (:class:`models.vision.placement.ConePlacement` then places a novel image in the
 cone of a declared unseen class, or backs it off to its class's parent).
 """
 
