@@ -44,7 +44,7 @@ The entailment ranking (:func:`entailment_order`)
    well be of the apex's kind: a flower a model left at ``organism`` for the
    label ``plant``) and then those of its other branches (items the model
    placed as something else: a nematode for ``plant``); items no chain cone
-   holds come last. Within a tier, firmness descending (:func:`outside_tier`).
+   holds come last. Within a tier, firmness descending (:func:`outside_tiers`).
 
 Ties are broken by id. Each index computes, over its own items, the firmest
 ``want`` items of each branch and of the outside (:func:`candidates`); the
@@ -73,7 +73,7 @@ __all__ = [
     "candidates",
     "entailment_order",
     "merge_candidates",
-    "outside_tier",
+    "outside_tiers",
     "running_min",
     "top_firm",
 ]
@@ -93,7 +93,7 @@ class Candidates:
     """The firmest ``want`` items of each holding label the apex's cone holds, and
     of the outside, from one index: lists of ``(firmness, id, distance)`` sorted
     by (firmness desc, id), the outside's ``(firmness, id, distance, tier)`` by
-    (tier, firmness desc, id) (:func:`outside_tier`); the number of items each
+    (tier, firmness desc, id) (:func:`outside_tiers`); the number of items each
     holding label has (before the cut); and each holding label's path below the
     apex (its cone chain from the apex's child down to it; ``()`` for the apex
     itself)."""
@@ -132,17 +132,23 @@ def path_below(cones: LabelCones, apex: str, holder: str) -> tuple[str, ...]:
     return tuple(reversed(ch[: ch.index(apex)]))
 
 
-def outside_tier(cones: LabelCones, apex: str, holder: str | None) -> int:
-    """The tier of an item outside the apex's cone (module docstring): ``2 i`` when
-    it is placed at ``chain[i]`` itself (the ``i``-th label up the apex's cone
-    chain), ``2 i + 1`` when ``chain[i]``'s cone is the nearest on the chain that
-    holds it and it lies in another branch, ``2 len(chain)`` when none holds it."""
+def outside_tiers(cones: LabelCones, apex: str, holders: Sequence[str]) -> dict[str, int]:
+    """The tier of the items outside the apex's cone held by each of ``holders``
+    (module docstring): ``2 i`` when they are placed at ``chain[i]`` itself (the
+    ``i``-th label up the apex's cone chain), ``2 i + 1`` when ``chain[i]``'s cone
+    is the nearest on the chain that holds them and they lie in another branch,
+    ``2 len(chain)`` when none holds them (and for items with no holder)."""
     chain = cones.chain(apex) if apex in cones.row else (apex,)
-    if holder is not None:
-        for i, a in enumerate(chain):
-            if holder in cones.held_by(a):
-                return 2 * i + (0 if holder == a else 1)
-    return 2 * len(chain)
+    tiers: dict[str, int] = {}
+    left = list(holders)
+    for i, a in enumerate(chain):
+        if not left:
+            break
+        inside = cones.held_among(a, left)
+        for h in inside:
+            tiers[h] = 2 * i + (0 if h == a else 1)
+        left = [h for h in left if h not in inside]
+    return tiers | {h: 2 * len(chain) for h in left}
 
 
 def top_firm(f: np.ndarray, ids: np.ndarray, want: int) -> np.ndarray:
@@ -199,9 +205,11 @@ def candidates(
 
     held_slots: list[np.ndarray] = []
     sources = [(apex, ()), *((a, tuple(p)) for a, p in extra)]
+    # only the labels that hold items matter: tested on their points alone
+    in_use = [h for h, got in table.by_holder.items() if got]
     holders: set[str] = set()
     for a, _ in sources:
-        holders |= cones.held_by(a)
+        holders |= cones.held_among(a, in_use)
     for h in sorted(holders):
         got = table.by_holder.get(h)
         if not got:
@@ -228,14 +236,16 @@ def candidates(
         out.n_outside = len(rest)
         if len(rest):
             # each outside item's tier, holder by holder (no holder: the last tier)
-            tiers = np.full(len(rest), outside_tier(cones, apex, None), dtype=np.int64)
+            others = [h for h in in_use if h not in holders]
+            tier_of = outside_tiers(cones, apex, others)
+            no_holder = 2 * len(cones.chain(apex) if apex in cones.row else (apex,))
+            tiers = np.full(len(rest), no_holder, dtype=np.int64)
             pos = np.full(table.n_slots, -1, dtype=np.int64)
             pos[rest] = np.arange(len(rest))
-            for h, got in table.by_holder.items():
-                if h in holders or not got:
-                    continue
+            for h in others:
+                got = table.by_holder[h]
                 at = pos[np.fromiter(got, dtype=np.int64, count=len(got))]
-                tiers[at[at >= 0]] = outside_tier(cones, apex, h)
+                tiers[at[at >= 0]] = tier_of[h]
             for t in np.unique(tiers).tolist():  # tier by tier until ``want`` are ranked
                 got = rank(rest[tiers == t], want - len(out.outside), False)
                 out.outside += [(f, i, d, t) for f, i, d in got]

@@ -24,6 +24,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -563,6 +564,14 @@ class HyperbolicIndex:
                 got = self._cand_cache.get(key, self._state())
                 if got is not None:
                     return list(got)
+            own = getattr(descendants_of, "__self__", None)
+            own = self._cones is not None and own is self._cones
+            if by == "holder" and own:
+                # levels by this index's cones: only the labels holding items matter,
+                # tested on their points alone (LabelCones.held_among)
+                table = self._live.table
+                in_use = [h for h, got in table.by_holder.items() if got]
+                descendants_of = partial(self._cones.held_among, names=in_use)
             chain, levels = chain_levels(chain, descendants_of)
             mask = None if f is None else self._columns.mask(self._live.table, f)
             hits = search_levels(

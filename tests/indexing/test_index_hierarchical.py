@@ -262,3 +262,26 @@ def test_hierarchical_by_label_and_label_filter(items, holders):
     }
     with pytest.raises(IndexInputError, match="by: must be"):
         ix.search_hierarchical(q, chain, descendants, by="cone")
+
+
+def test_held_among_is_held_by_on_the_names_asked():
+    """``held_among(label, names)`` answers ``held_by(label) & names`` whether it tests
+    the points of ``names`` alone (a few names among many labels, the label's whole
+    answer not kept yet) or the whole answer: 400 labels of a 3-d ball, caps of every
+    size, each asked of a fresh cone set and of one that kept its answers."""
+    rng = np.random.default_rng(5)
+    d = rng.normal(size=(400, 3))
+    d /= np.linalg.norm(d, axis=1, keepdims=True)
+    pts = d * rng.uniform(0.0, 0.97, size=(400, 1))
+    names = [f"n{i}" for i in range(400)]
+    protos = dict(zip(names, pts, strict=True))
+    kept = LabelCones(protos, lambda _: None, spec=SPEC)
+    asked = names[::7] + ["not-a-label"]  # 58 names: the fast path (< a quarter)
+    sizes = []
+    for label in names[::13]:
+        fresh = LabelCones(protos, lambda _: None, spec=SPEC)
+        want = kept.held_by(label) & set(asked)
+        assert fresh.held_among(label, asked) == want
+        assert kept.held_among(label, asked) == want  # from the kept whole answer
+        sizes.append(len(want))
+    assert min(sizes) <= 1 < max(sizes)  # leaves and caps that hold many were asked
