@@ -552,26 +552,19 @@ class HyperbolicIndex:
         f = None if where is None else parse_filter(where, "filter")
         with self._rw.read():
             self._check_open()
-            # kept like the entailment candidates, for levels by this index's
-            # cones (a function of the cones alone) and no filter
+            # levels by this index's cones: kept like the entailment candidates (a
+            # function of the cones alone) without a filter; only the labels holding
+            # items matter, tested on their points alone (LabelCones.held_among)
+            own = getattr(descendants_of, "__self__", None) is (self._cones or object())
             key = None
-            if (
-                f is None
-                and la is None
-                and getattr(descendants_of, "__self__", None) is (self._cones or object())
-            ):
+            if f is None and la is None and own:
                 key = ("levels", q[0].tobytes(), tuple(chain), k, offset, ef, by, firmness)
                 got = self._cand_cache.get(key, self._state())
                 if got is not None:
                     return list(got)
-            own = getattr(descendants_of, "__self__", None)
-            own = self._cones is not None and own is self._cones
             if by == "holder" and own:
-                # levels by this index's cones: only the labels holding items matter,
-                # tested on their points alone (LabelCones.held_among)
-                table = self._live.table
-                in_use = [h for h, got in table.by_holder.items() if got]
-                descendants_of = partial(self._cones.held_among, names=in_use)
+                held = [h for h, got in self._live.table.by_holder.items() if got]
+                descendants_of = partial(self._cones.held_among, names=held)
             chain, levels = chain_levels(chain, descendants_of)
             mask = None if f is None else self._columns.mask(self._live.table, f)
             hits = search_levels(
