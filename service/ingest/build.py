@@ -24,7 +24,8 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TypedDict
 
 import numpy as np
 
@@ -41,7 +42,14 @@ from models.images.decode import DEFAULT_MAX_PIXELS, ImageDecodeError, decode
 
 from .plans import Plan, Source
 
-__all__ = ["build_index", "embed_plan", "pending_sources", "read_picture"]
+__all__ = [
+    "BuildOptions",
+    "build_index",
+    "build_options",
+    "embed_plan",
+    "pending_sources",
+    "read_picture",
+]
 
 
 class _Pictures:
@@ -186,6 +194,46 @@ def embed_plan(
             on_progress(len(chunk))
     if cancel is not None and cancel.is_set():
         report.cancelled = True
+
+
+class BuildOptions(TypedDict, total=False):
+    """The keyword options of :func:`build_index` that every build takes (the Ray
+    build of :mod:`service.ingest.ray_build` too); defaults in
+    :data:`BUILD_DEFAULTS`."""
+
+    batch_size: int
+    workers: int
+    progress: bool
+    resume: bool
+    write: Write | None
+    labels_in_use: Callable[[], Iterable[str]] | None
+    report: BuildReport | None
+    cancel: threading.Event | None
+    on_progress: Callable[[int], None] | None
+    max_pixels: int
+
+
+BUILD_DEFAULTS: BuildOptions = {
+    "batch_size": 256,
+    "workers": 2,
+    "progress": False,
+    "resume": True,
+    "write": None,
+    "labels_in_use": None,
+    "report": None,
+    "cancel": None,
+    "on_progress": None,
+    "max_pixels": DEFAULT_MAX_PIXELS,
+}
+
+
+def build_options(options: Mapping) -> dict:
+    """``options`` over :data:`BUILD_DEFAULTS`; a name that is not an option is a
+    ``TypeError``, as for a function's keywords."""
+    unknown = sorted(set(options) - set(BUILD_DEFAULTS))
+    if unknown:
+        raise TypeError(f"unknown build option(s): {', '.join(unknown)}")
+    return {**BUILD_DEFAULTS, **options}
 
 
 def build_index(

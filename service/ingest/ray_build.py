@@ -29,24 +29,22 @@ sources), so the result is the same index, item for item:
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
+from typing import Unpack
 
 import numpy as np
 
 from indexing.batches import (
     Batch,
     BuildReport,
-    Write,
     default_write,
     index_labels,
     present,
     tracked,
     write_batches,
 )
-from models.images.decode import DEFAULT_MAX_PIXELS
 
-from .build import embed_plan, pending_sources
+from .build import BuildOptions, build_options, embed_plan, pending_sources
 from .plans import Plan
 
 __all__ = ["ray_build_index"]
@@ -109,35 +107,29 @@ def ray_build_index(
     index,
     plan: Plan,
     *,
-    batch_size: int = 256,
-    workers: int = 2,
     threads: int = 1,
     cpus_per_worker: float = 0.5,
-    progress: bool = False,
-    resume: bool = True,
-    write: Write | None = None,
-    labels_in_use: Callable[[], Iterable[str]] | None = None,
-    report: BuildReport | None = None,
-    cancel: threading.Event | None = None,
-    on_progress: Callable[[int], None] | None = None,
-    max_pixels: int | None = None,
+    **options: Unpack[BuildOptions],
 ) -> BuildReport:
     """:func:`service.ingest.build.build_index` with the embedding on the connected Ray
     cluster (see the module docstring). ``model_spec``: what each actor loads
     (a checkpoint path readable on every node, or ``pretrained:NAME``);
-    ``model``: the same model, loaded here (its labels and dimension).
-    ``cpus_per_worker``: the CPUs each actor asks Ray for."""
+    ``model``: the same model, loaded here (its labels and dimension);
+    ``threads``: torch threads per actor; ``cpus_per_worker``: the CPUs each
+    actor asks Ray for. The other options are :func:`build_index`'s."""
     import ray
 
     from models.prototypes import prediction_labels
 
-    report = report if report is not None else BuildReport(plan.name)
+    o = build_options(options)
+    batch_size, cancel = o["batch_size"], o["cancel"]
+    report = o["report"] if o["report"] is not None else BuildReport(plan.name)
     total = len(plan.sources) + len(plan.skipped)
     with tracked(
-        report, total, "index (ray)", progress=progress, on_progress=on_progress
+        report, total, "index (ray)", progress=o["progress"], on_progress=o["on_progress"]
     ) as advance:
         skip = None
-        if resume:
+        if o["resume"]:
             skip = present(index, [s.id for s in plan.sources]).__contains__
         todo, already = pending_sources(plan, skip, report)
         if already or plan.skipped:
@@ -146,7 +138,7 @@ def ray_build_index(
             return report
         labels: list[str] = []
         if any(s.label is None for s in todo):  # what embed_plan predicts among
-            in_use = set(labels_in_use() if labels_in_use is not None else index_labels(index))
+            in_use = set(o["labels_in_use"]() if o["labels_in_use"] else index_labels(index))
             in_use |= {s.label for s in plan.sources if s.label is not None}
             labels = sorted(prediction_labels(in_use, model.labels.taxonomy.names))
         ctx = ray.data.DataContext.get_current()
@@ -165,17 +157,17 @@ def ray_build_index(
                 plan.payload,
                 labels,
                 threads,
-                max_pixels or DEFAULT_MAX_PIXELS,
+                o["max_pixels"],
                 batch_size,
             ),
             batch_size=None,
             batch_format="numpy",
-            compute=ray.data.ActorPoolStrategy(size=workers),
+            compute=ray.data.ActorPoolStrategy(size=o["workers"]),
             num_cpus=cpus_per_worker,
         )
         outputs = ds.iter_batches(batch_size=None, batch_format="numpy")
         batches = _batches(outputs, report, cancel, advance)
-        write_batches(batches, write or default_write(index), report)
+        write_batches(batches, o["write"] or default_write(index), report)
     return report
 
 

@@ -16,9 +16,9 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..collections import NAME_PATTERN, Collections
-from ..deps import WriteAccess
 from ..errors import ApiError
 from ..schemas import INVALID, errors
+from .declare import Routes
 
 router = APIRouter(tags=["collections"], responses=INVALID)
 
@@ -115,23 +115,26 @@ async def get_collections(request: Request) -> Collections:
 CollectionsDep = Annotated[Collections, Depends(get_collections)]
 
 
-@router.get(
+routes = Routes(router, ERRORS)
+
+
+@routes.read(
+    "get",
     "/v1/collections",
-    response_model=list[CollectionOut],
-    summary="Every collection (default first), its space, size and aliases",
-    responses=ERRORS,
+    list[CollectionOut],
+    "Every collection (default first), its space, size and aliases",
 )
 def list_collections(colls: CollectionsDep) -> list[dict[str, Any]]:
     return colls.list()
 
 
-@router.post(
+@routes.write(
+    "post",
     "/v1/collections",
-    response_model=CollectionOut,
+    CollectionOut,
+    "Create a collection with its own space, labels and (optionally) model",
     status_code=201,
-    summary="Create a collection with its own space, labels and (optionally) model",
-    dependencies=[WriteAccess],
-    responses={**ERRORS, **errors({403: "path outside the data roots"})},
+    errors=errors({403: "path outside the data roots"}),
 )
 async def create_collection(body: CollectionIn, colls: CollectionsDep) -> dict[str, Any]:
     """Every item, search, label, scroll and count route then exists under
@@ -139,55 +142,45 @@ async def create_collection(body: CollectionIn, colls: CollectionsDep) -> dict[s
     return await run_in_threadpool(colls.create, body.name, body.space, body.model, body.taxonomy)
 
 
-@router.get(
+@routes.read(
+    "get",
     "/v1/collections/{collection}",
-    response_model=CollectionOut,
-    summary="One collection (an alias gives its collection)",
-    responses=ERRORS,
+    CollectionOut,
+    "One collection (an alias gives its collection)",
 )
 def get_collection(collection: CollectionName, colls: CollectionsDep) -> dict[str, Any]:
     return colls.describe(collection)
 
 
-@router.delete(
+@routes.write(
+    "delete",
     "/v1/collections/{collection}",
-    response_model=DroppedOut,
-    summary="Drop a collection and its data (not default, nor the target of an alias)",
-    dependencies=[WriteAccess],
-    responses=ERRORS,
+    DroppedOut,
+    "Drop a collection and its data (not default, nor the target of an alias)",
 )
 def drop_collection(collection: CollectionName, colls: CollectionsDep) -> dict[str, Any]:
     """Requests already using it finish first; then its folder is removed."""
     return colls.drop(collection)
 
 
-@router.get(
-    "/v1/aliases",
-    response_model=dict[str, str],
-    summary="Every alias and the collection it names",
-    responses=ERRORS,
-)
+@routes.read("get", "/v1/aliases", dict[str, str], "Every alias and the collection it names")
 def list_aliases(colls: CollectionsDep) -> dict[str, str]:
     return colls.aliases()
 
 
-@router.put(
+@routes.write(
+    "put",
     "/v1/aliases/{alias}",
-    response_model=AliasOut,
-    summary="Point an alias at a collection (atomically: a request sees the old or the new one)",
-    dependencies=[WriteAccess],
-    responses={**ERRORS, **errors(422)},
+    AliasOut,
+    "Point an alias at a collection (atomically: a request sees the old or the new one)",
+    errors=errors(422),
 )
 def put_alias(alias: AliasName, body: AliasIn, colls: CollectionsDep) -> dict[str, Any]:
     return colls.set_alias(alias, body.collection)
 
 
-@router.delete(
-    "/v1/aliases/{alias}",
-    response_model=AliasDeletedOut,
-    summary="Delete an alias (its collection stays)",
-    dependencies=[WriteAccess],
-    responses=ERRORS,
+@routes.write(
+    "delete", "/v1/aliases/{alias}", AliasDeletedOut, "Delete an alias (its collection stays)"
 )
 def delete_alias(alias: AliasName, colls: CollectionsDep) -> dict[str, Any]:
     return colls.drop_alias(alias)

@@ -18,12 +18,13 @@ from pydantic import ValidationError
 from starlette.datastructures import UploadFile
 
 from .. import searching
-from ..deps import RuntimeDep, ServicesDep, WriteAccess, no_model
+from ..deps import RuntimeDep, ServicesDep, no_model
 from ..errors import ApiError
 from ..imaging import decode_image, decode_off_loop, encode_png
 from ..pipeline import check_upload_size, embed_upload
 from ..runtime import Runtime
 from ..schemas import INVALID, DeletedOut, ItemIn, ItemOut, errors
+from .declare import Routes
 
 #: payload keys the service writes itself: a client's payload may not set them
 #: (``image`` names a file the service serves)
@@ -47,6 +48,7 @@ def item_payload(user: dict | None, source: str, image: dict | None) -> dict[str
 
 
 router = APIRouter(prefix="/v1/items", tags=["items"], responses=INVALID)
+routes = Routes(router)
 
 ItemId = Annotated[str, Path(description="item id (may contain '/')", max_length=2000)]
 
@@ -86,11 +88,13 @@ def _out(rt: Runtime, item_id: str, item) -> ItemOut:
     )
 
 
-@router.get(
+@routes.read(
+    "get",
     "/{item_id:path}/image",
-    summary="The item's picture as PNG",
+    None,
+    "The item's picture as PNG",
     response_class=Response,
-    responses={
+    errors={
         200: {"content": {"image/png": {}}, "description": "the picture"},
         **errors({404: "no such item, or it has no picture"}, 503),
     },
@@ -107,11 +111,12 @@ def get_image(rt: RuntimeDep, item_id: ItemId) -> Response:
     )
 
 
-@router.get(
+@routes.read(
+    "get",
     "/{item_id:path}",
-    response_model=ItemOut,
-    summary="One item: label, vector, distance to the origin, holding label, payload",
-    responses=errors(404, 422, 503),
+    ItemOut,
+    "One item: label, vector, distance to the origin, holding label, payload",
+    errors=errors(404, 422, 503),
 )
 def get_item(rt: RuntimeDep, item_id: ItemId) -> ItemOut:
     item = rt.index.get(_check_id(item_id))
@@ -172,12 +177,12 @@ _WRITE_ERRORS = errors(401, 422, 503)
 _DELETE_ERRORS = errors(401, 422, 503, 404)
 
 
-@router.put(
+@routes.write(
+    "put",
     "/{item_id:path}",
-    response_model=ItemOut,
-    summary="Insert or replace one item (a vector, or a picture to embed)",
-    dependencies=[WriteAccess],
-    responses={
+    ItemOut,
+    "Insert or replace one item (a vector, or a picture to embed)",
+    errors={
         **_WRITE_ERRORS,
         **errors(413, {415: "neither JSON nor multipart, or not a picture"}),
     },
@@ -236,13 +241,7 @@ async def put_item(request: Request, rt: RuntimeDep, svc: ServicesDep, item_id: 
     )
 
 
-@router.delete(
-    "/{item_id:path}",
-    response_model=DeletedOut,
-    summary="Delete one item",
-    dependencies=[WriteAccess],
-    responses=_DELETE_ERRORS,
-)
+@routes.write("delete", "/{item_id:path}", DeletedOut, "Delete one item", errors=_DELETE_ERRORS)
 def delete_item(rt: RuntimeDep, item_id: ItemId) -> DeletedOut:
     """Answered once the delete is durable; 404 when there is no such item."""
     n = rt.delete([_check_id(item_id)])

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Path
 
 from ..deps import JobsDep, WriteAccess
 from ..schemas import INVALID, JobIn, JobOut, errors
+from .declare import Routes
 
 # jobs name server-side paths: every route needs the key, when one is set (reads too)
 router = APIRouter(
@@ -16,15 +17,18 @@ router = APIRouter(
     dependencies=[WriteAccess],
     responses={**INVALID, **errors(401, 503)},
 )
+#: the router's dependency asks for the key: a route is declared "read" not to repeat it
+routes = Routes(router)
 JobId = Annotated[str, Path(max_length=64)]
 
 
-@router.post(
+@routes.read(
+    "post",
     "",
-    response_model=JobOut,
+    JobOut,
+    "Start indexing a folder DIR/<class>/<images> or a CSV manifest id,path[,label]",
     status_code=202,
-    summary="Start indexing a folder DIR/<class>/<images> or a CSV manifest id,path[,label]",
-    responses=errors(
+    errors=errors(
         {
             403: "the path is outside the data roots (or none are set)",
             404: "the path does not exist",
@@ -42,30 +46,22 @@ def start_job(body: JobIn, jobs: JobsDep) -> JobOut:
     return JobOut(**jobs.submit(body.path, body.class_map).as_dict())
 
 
-@router.get(
-    "",
-    response_model=list[JobOut],
-    summary="Recent jobs, newest first",
-)
+@routes.read("get", "", list[JobOut], "Recent jobs, newest first")
 def list_jobs(jobs: JobsDep) -> list[JobOut]:
     return [JobOut(**j.as_dict()) for j in jobs.all()]
 
 
-@router.get(
-    "/{job}",
-    response_model=JobOut,
-    summary="State and progress of a job",
-    responses=errors(404),
-)
+@routes.read("get", "/{job}", JobOut, "State and progress of a job", errors=errors(404))
 def get_job(job: JobId, jobs: JobsDep) -> JobOut:
     return JobOut(**jobs.get(job).as_dict())
 
 
-@router.delete(
+@routes.read(
+    "delete",
     "/{job}",
-    response_model=JobOut,
-    summary="Cancel a queued or running job (the batches it already wrote stay)",
-    responses=errors(404),
+    JobOut,
+    "Cancel a queued or running job (the batches it already wrote stay)",
+    errors=errors(404),
 )
 def cancel_job(job: JobId, jobs: JobsDep) -> JobOut:
     return JobOut(**jobs.cancel(job).as_dict())

@@ -9,15 +9,18 @@ from fastapi import APIRouter, Path, Query
 from .. import searching
 from ..deps import RuntimeDep
 from ..schemas import INVALID, LabelOut, errors
+from .declare import Routes
 
 router = APIRouter(prefix="/v1/labels", tags=["labels"], responses=INVALID)
+routes = Routes(router)
 
 
-@router.get(
+@routes.read(
+    "get",
     "",
-    response_model=list[str],
-    summary="Label names (synsets and words) starting with a prefix, for autocompletion",
-    responses=errors(422, 503),
+    list[str],
+    "Label names (synsets and words) starting with a prefix, for autocompletion",
+    errors=errors(422, 503),
 )
 def complete(
     rt: RuntimeDep,
@@ -29,11 +32,12 @@ def complete(
     return rt.taxonomy.complete(prefix, limit=limit)
 
 
-@router.get(
+@routes.read(
+    "get",
     "/{name}",
-    response_model=LabelOut,
-    summary="One label: its place in the taxonomy, items under it, its point and cone",
-    responses=errors({404: "unknown label, with close matches"}, 503),
+    LabelOut,
+    "One label: its place in the taxonomy, items under it, its point and cone",
+    errors=errors({404: "unknown label, with close matches"}, 503),
 )
 def get_label(rt: RuntimeDep, name: Annotated[str, Path(max_length=300)]) -> LabelOut:
     """`name` is a synset (`gym_shoe.n.01`) or a word (`sneaker`: its sense with

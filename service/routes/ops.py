@@ -9,20 +9,23 @@ from ..collections import SEE_THE_LOG
 from ..deps import AppServicesDep, RuntimeDep
 from ..errors import ApiError
 from ..schemas import HealthOut, StatsOut, errors
+from .declare import Routes
 
 router = APIRouter(tags=["ops"])
+routes = Routes(router)
 
 
-@router.get("/healthz", response_model=HealthOut, summary="200 while the process runs")
+@routes.read("get", "/healthz", HealthOut, "200 while the process runs")
 def healthz() -> HealthOut:
     return HealthOut(status="ok")
 
 
-@router.get(
+@routes.read(
+    "get",
     "/readyz",
-    response_model=HealthOut,
-    summary="200 once model and index are loaded, 503 before",
-    responses=errors({503: "still loading, or loading failed"}),
+    HealthOut,
+    "200 once model and index are loaded, 503 before",
+    errors=errors({503: "still loading, or loading failed"}),
 )
 def readyz(services: AppServicesDep) -> HealthOut:
     if services.slot.served is None:
@@ -32,11 +35,12 @@ def readyz(services: AppServicesDep) -> HealthOut:
     return HealthOut(status="ready")
 
 
-@router.get(
+@routes.read(
+    "get",
     "/v1/stats",
-    response_model=StatsOut,
-    summary="Size and space of the index, and the model's version",
-    responses=errors(503),
+    StatsOut,
+    "Size and space of the index, and the model's version",
+    errors=errors(503),
 )
 def stats(rt: RuntimeDep) -> StatsOut:
     return StatsOut(
@@ -51,11 +55,13 @@ def stats(rt: RuntimeDep) -> StatsOut:
     )
 
 
-@router.get(
+@routes.read(
+    "get",
     "/metrics",
-    summary="Prometheus metrics (text format)",
+    None,
+    "Prometheus metrics (text format)",
     response_class=Response,
-    responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text format"}},
+    errors={200: {"content": {"text/plain": {}}, "description": "Prometheus text format"}},
 )
 def metrics(services: AppServicesDep) -> Response:
     return Response(generate_latest(services.metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -35,7 +35,7 @@ from indexing import IndexInputError
 from models.geometry import ranking
 
 from .. import searching
-from ..deps import RuntimeDep, ServicesDep, SettingsDep, WriteAccess, no_model
+from ..deps import RuntimeDep, ServicesDep, SettingsDep, no_model
 from ..errors import ApiError
 from ..imaging import decode_image, decode_off_loop
 from ..pipeline import embed_upload
@@ -56,9 +56,11 @@ from ..schemas import (
     UpsertedOut,
     errors,
 )
+from .declare import Routes
 from .items import check_user_payload, item_payload
 
 router = APIRouter(prefix="/v1", tags=["points"], responses=INVALID)
+routes = Routes(router)
 
 _MAX_ITEMS = "HYPSEARCH_MAX_BATCH_ITEMS"
 
@@ -99,12 +101,12 @@ def _b64(text: str, field: str, max_bytes: int) -> bytes:
         raise ApiError(422, f"{field}: not base64 (a picture's bytes, base64-encoded)") from None
 
 
-@router.post(
+@routes.write(
+    "post",
     "/items/batch",
-    response_model=UpsertedOut,
-    summary="Insert or replace many items in one request: all or none, answered once durable",
-    dependencies=[WriteAccess],
-    responses={
+    UpsertedOut,
+    "Insert or replace many items in one request: all or none, answered once durable",
+    errors={
         **_WRITE_ERRORS,
         **errors(
             {
@@ -208,12 +210,12 @@ def _write_batch(rt: Runtime, body: ItemsBatchIn, points: dict) -> int:
 # ---------------------------------------------------------------- delete, get
 
 
-@router.post(
+@routes.write(
+    "post",
     "/items/delete",
-    response_model=DeletedCountOut,
-    summary="Delete items by ids, or every item passing a filter (one transaction)",
-    dependencies=[WriteAccess],
-    responses=_WRITE_ERRORS,
+    DeletedCountOut,
+    "Delete items by ids, or every item passing a filter (one transaction)",
+    errors=_WRITE_ERRORS,
 )
 def delete_items(body: ItemsDeleteIn, rt: RuntimeDep, settings: SettingsDep) -> DeletedCountOut:
     """`{"ids": [...]}` (unknown ids are ignored) or `{"filter": F}`; answered once
@@ -235,12 +237,13 @@ def _point(it, with_vector: bool, with_payload: bool) -> PointOut:
     return PointOut(id=it.id, label=it.label, holder=it.holder, **extra)
 
 
-@router.post(
+@routes.read(
+    "post",
     "/items/get",
-    response_model=PointsOut,
+    PointsOut,
+    "Read many items by id",
     response_model_exclude_unset=True,
-    summary="Read many items by id",
-    responses=_READ_ERRORS,
+    errors=_READ_ERRORS,
 )
 def get_items(body: ItemsGetIn, rt: RuntimeDep, settings: SettingsDep) -> PointsOut:
     """The items in the order of `ids`; absent ids are left out. `vector` and
@@ -308,12 +311,13 @@ def decode_cursor(cursor: str | None, settings) -> str | None:
     return after
 
 
-@router.post(
+@routes.read(
+    "post",
     "/scroll",
-    response_model=ScrollOut,
+    ScrollOut,
+    "List every item (passing a filter) page by page, with a stable cursor",
     response_model_exclude_unset=True,
-    summary="List every item (passing a filter) page by page, with a stable cursor",
-    responses=errors({400: "a cursor the service did not give, or expired"}, _LOADING),
+    errors=errors({400: "a cursor the service did not give, or expired"}, _LOADING),
 )
 def scroll(body: ScrollIn, rt: RuntimeDep, settings: SettingsDep) -> ScrollOut:
     """Pages in id order; `next_cursor` is null after the last page. Over a full
@@ -329,12 +333,13 @@ def scroll(body: ScrollIn, rt: RuntimeDep, settings: SettingsDep) -> ScrollOut:
     )
 
 
-@router.post(
+@routes.read(
+    "post",
     "/count",
-    response_model=CountOut,
+    CountOut,
+    "How many items pass a filter (all items without one)",
     response_model_exclude_unset=True,
-    summary="How many items pass a filter (all items without one)",
-    responses=errors(_LOADING),
+    errors=errors(_LOADING),
 )
 def count(body: CountIn, rt: RuntimeDep) -> CountOut:
     """With `label`: the items that label's cone holds (and pass the filter);

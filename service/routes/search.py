@@ -27,6 +27,7 @@ from ..schemas import (
     SearchOut,
     errors,
 )
+from .declare import Routes
 from .errors import as_api_error
 
 router = APIRouter(prefix="/v1", tags=["search"], responses=INVALID)
@@ -38,19 +39,15 @@ ERRORS = errors(
         503: "still loading",
     }
 )
-UPLOAD_ERRORS = {
-    **ERRORS,
-    **errors(
-        {
-            413: "upload over the byte limit, or too many pixels",
-            415: "not a picture in a supported format",
-        }
-    ),
-}
-
-#: both searches answer a SearchOut as :func:`service.pipeline.answer_json` writes it
-#: (unset fields left out); the declaration is for the OpenAPI document
-SEARCH_ANSWER: dict = {"response_model": SearchOut, "response_model_exclude_unset": True}
+UPLOAD_ERRORS = errors(
+    {
+        413: "upload over the byte limit, or too many pixels",
+        415: "not a picture in a supported format",
+    }
+)
+#: every route answers ERRORS; the searches answer a SearchOut as
+#: :func:`service.pipeline.answer_json` writes it (unset fields left out)
+routes = Routes(router, ERRORS)
 
 IMAGE_DESCRIPTION = "a picture: PNG or JPEG (WebP, GIF and BMP are read too)"
 
@@ -77,11 +74,12 @@ async def _respond(rt: Runtime, ans: searching.Answer, disk: bool) -> Response:
     return _json(answer_json(rt, ans))
 
 
-@router.post(
+@routes.read(
+    "post",
     "/search",
-    **SEARCH_ANSWER,
-    summary="Search by vector, label name or item id",
-    responses=ERRORS,
+    SearchOut,
+    "Search by vector, label name or item id",
+    response_model_exclude_unset=True,
 )
 async def search(
     body: SearchIn, rt: RuntimeDep, settings: SettingsDep, searcher: SearcherDep
@@ -111,15 +109,13 @@ def _named(i: int, e: BaseException) -> BaseException:
     return err
 
 
-@router.post(
+@routes.read(
+    "post",
     "/search/batch",
-    response_model=SearchBatchOut,
+    SearchBatchOut,
+    "Many searches in one request, answered in order",
     response_model_exclude_unset=True,
-    summary="Many searches in one request, answered in order",
-    responses={
-        **ERRORS,
-        **errors({413: "more searches than HYPSEARCH_MAX_BATCH_SEARCHES"}),
-    },
+    errors=errors({413: "more searches than HYPSEARCH_MAX_BATCH_SEARCHES"}),
 )
 async def search_batch(
     body: SearchBatchIn, rt: RuntimeDep, settings: SettingsDep, searcher: SearcherDep
@@ -151,11 +147,13 @@ async def search_batch(
     return _json(encode())
 
 
-@router.post(
+@routes.read(
+    "post",
     "/search/image",
-    **SEARCH_ANSWER,
-    summary="Search by an uploaded picture",
-    responses=UPLOAD_ERRORS,
+    SearchOut,
+    "Search by an uploaded picture",
+    response_model_exclude_unset=True,
+    errors=UPLOAD_ERRORS,
 )
 async def search_image(
     rt: RuntimeDep,
@@ -182,11 +180,12 @@ async def search_image(
     return await _respond(rt, ans, params.disk)
 
 
-@router.post(
+@routes.read(
+    "post",
     "/embed",
-    response_model=EmbedOut,
-    summary="Embed a picture: its point, distance to the origin and 5 nearest labels",
-    responses=UPLOAD_ERRORS,
+    EmbedOut,
+    "Embed a picture: its point, distance to the origin and 5 nearest labels",
+    errors=UPLOAD_ERRORS,
 )
 async def embed(
     data: Upload, rt: RuntimeDep, settings: SettingsDep, batcher: BatcherDep

@@ -25,13 +25,16 @@ from fastapi.responses import FileResponse
 from pydantic import BaseModel, Field
 
 from ..collections import SNAPSHOT_PATTERN
-from ..deps import SettingsDep, WriteAccess
+from ..deps import SettingsDep
 from ..schemas import INVALID, errors
 from .collections import ERRORS, CollectionName, CollectionsDep
+from .declare import Routes
 
 router = APIRouter(
     prefix="/v1/collections/{collection}/snapshots", tags=["snapshots"], responses=INVALID
 )
+
+routes = Routes(router, ERRORS)
 
 SnapshotId = Annotated[str, Path(pattern=SNAPSHOT_PATTERN, max_length=40)]
 CHECKSUM_HEADER = "X-Checksum-Sha256"
@@ -64,51 +67,34 @@ class SnapshotDeletedOut(BaseModel):
     deleted: bool
 
 
-WRITE = {
-    **ERRORS,
-    **errors(
-        {
-            409: "the default collection: an index job or another restore is running",
-            413: "its files are over HYPSEARCH_MAX_SNAPSHOT_BYTES",
-            422: "not a snapshot, corrupt, or another space",
-            503: "requests still used the old index after 60 s",
-        }
-    ),
-}
-
-
-@router.post(
-    "",
-    response_model=SnapshotCreated,
-    status_code=201,
-    summary="Snapshot the collection (checksummed)",
-    dependencies=[WriteAccess],
-    responses=ERRORS,
+RESTORE = errors(
+    {
+        409: "the default collection: an index job or another restore is running",
+        413: "its files are over HYPSEARCH_MAX_SNAPSHOT_BYTES",
+        422: "not a snapshot, corrupt, or another space",
+        503: "requests still used the old index after 60 s",
+    }
 )
+
+
+@routes.write("post", "", SnapshotCreated, "Snapshot the collection (checksummed)", status_code=201)
 async def create_snapshot(collection: CollectionName, colls: CollectionsDep) -> dict[str, Any]:
     info = await run_in_threadpool(colls.create_snapshot, collection)
     return {"snapshot": info["snapshot"]}
 
 
-@router.get(
-    "",
-    response_model=list[SnapshotOut],
-    summary="The collection's snapshots, oldest first",
-    responses=ERRORS,
-)
+@routes.read("get", "", list[SnapshotOut], "The collection's snapshots, oldest first")
 def list_snapshots(collection: CollectionName, colls: CollectionsDep) -> list[dict[str, Any]]:
     return colls.snapshots(collection)
 
 
-@router.get(
+@Routes(router).write(
+    "get",
     "/{snapshot}",
-    summary="Download a snapshot (a tar; its sha256 in X-Checksum-Sha256)",
+    None,
+    "Download a snapshot (a tar; its sha256 in X-Checksum-Sha256)",
     response_class=FileResponse,
-    dependencies=[WriteAccess],
-    responses={
-        200: {"content": {"application/x-tar": {}}, "description": "the snapshot"},
-        **ERRORS,
-    },
+    errors={200: {"content": {"application/x-tar": {}}, "description": "the snapshot"}, **ERRORS},
 )
 def download_snapshot(
     collection: CollectionName, snapshot: SnapshotId, colls: CollectionsDep
@@ -123,25 +109,19 @@ def download_snapshot(
     )
 
 
-@router.delete(
-    "/{snapshot}",
-    response_model=SnapshotDeletedOut,
-    summary="Delete a kept snapshot",
-    dependencies=[WriteAccess],
-    responses=ERRORS,
-)
+@routes.write("delete", "/{snapshot}", SnapshotDeletedOut, "Delete a kept snapshot")
 def delete_snapshot(
     collection: CollectionName, snapshot: SnapshotId, colls: CollectionsDep
 ) -> dict[str, Any]:
     return colls.delete_snapshot(collection, snapshot)
 
 
-@router.post(
+@routes.write(
+    "post",
     "/{snapshot}/restore",
-    response_model=RestoredOut,
-    summary="Restore a kept snapshot into the collection (atomically)",
-    dependencies=[WriteAccess],
-    responses=WRITE,
+    RestoredOut,
+    "Restore a kept snapshot into the collection (atomically)",
+    errors=RESTORE,
 )
 async def restore_snapshot(
     collection: CollectionName, snapshot: SnapshotId, colls: CollectionsDep
@@ -153,12 +133,12 @@ async def restore_snapshot(
     return await run_in_threadpool(colls.restore, collection, snapshot)
 
 
-@router.post(
+@routes.write(
+    "post",
     "/upload",
-    response_model=RestoredOut,
-    summary="Restore an uploaded snapshot tar into the collection (kept as a snapshot)",
-    dependencies=[WriteAccess],
-    responses={**WRITE, **errors({413: "over HYPSEARCH_MAX_UPLOAD_BYTES"})},
+    RestoredOut,
+    "Restore an uploaded snapshot tar into the collection (kept as a snapshot)",
+    errors={**RESTORE, **errors({413: "over HYPSEARCH_MAX_UPLOAD_BYTES"})},
 )
 async def upload_snapshot(
     collection: CollectionName,
