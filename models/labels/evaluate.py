@@ -54,18 +54,11 @@ def evaluate_reconstruction(
     evaluates a random subset of the nodes (faster, for progress reports).
     """
     taxonomy = taxonomy or emb.taxonomy
-    names = taxonomy.names
-    if names != emb.taxonomy.names:
-        rows = torch.tensor([emb.taxonomy.index(x) for x in names])
-        theta = emb.embeddings[rows]
-    else:
-        theta = emb.embeddings
-    n = len(names)
+    theta = _theta(emb, taxonomy)
+    n = len(taxonomy)
     edges = taxonomy.closure_edges()
     es, starts = _grouped(edges, n)
-    us = np.unique(edges[:, 0])
-    if sample is not None and sample < len(us):
-        us = np.sort(np.random.default_rng(seed).choice(us, sample, replace=False))
+    us = _sampled(np.unique(edges[:, 0]), sample, seed)
     c = emb.curvature
     rank_sum = 0.0
     rank_n = 0
@@ -105,6 +98,14 @@ def evaluate_reconstruction(
         "map": ap_sum / max(len(us), 1),
         "evaluated_nodes": int(len(us)),
     }
+
+
+def _sampled(nodes: np.ndarray, sample: int | None, seed: int) -> np.ndarray:
+    """``sample`` of ``nodes`` drawn without replacement (seeded), in order; all when
+    ``sample`` is None or not fewer."""
+    if sample is None or sample >= len(nodes):
+        return nodes
+    return np.sort(np.random.default_rng(seed).choice(nodes, sample, replace=False))
 
 
 def _spec(emb: LabelEmbedding, K: float | None) -> dict[str, Any]:
@@ -195,9 +196,7 @@ def evaluate_cones(
     else:
         by_anc = edges[:, ::-1].copy()  # group by ancestor: row v holds its descendants
         es, starts = _grouped(by_anc, n)
-        apexes = np.arange(n)
-        if sample is not None and sample < n:
-            apexes = np.sort(np.random.default_rng(seed).choice(n, sample, replace=False))
+        apexes = _sampled(np.arange(n), sample, seed)
         tp = fp = 0
         n_pos = 0
         bar = _Progress(len(apexes), progress, "cones", unit="node")

@@ -17,14 +17,12 @@ from tests.support.cloud import (
     brute_force,
     cloud,
     exact_dist,
+    exact_fixture,
     make_ids,
     recall_at,
 )
 
-
-@pytest.fixture(scope="module")
-def big():
-    return against_exact("graph", 20_000, 200, seed=31)
+big = exact_fixture("graph", 20_000, 200, seed=31)
 
 
 def test_recall_and_exact_distances(big):

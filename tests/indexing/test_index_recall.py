@@ -3,22 +3,18 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from indexing import HyperbolicIndex
 from tests.support.cloud import (
-    against_exact,
     assert_geodesic,
     brute_force,
     cloud,
+    exact_fixture,
     make_ids,
     recall_at,
 )
 
-
-@pytest.fixture(scope="module")
-def big():
-    return against_exact("hnsw", 20_000, 200, seed=21)
+big = exact_fixture("hnsw", 20_000, 200, seed=21)
 
 
 def test_truth_is_brute_force(big):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from indexing import HyperbolicIndex
@@ -58,6 +59,16 @@ def recall_at(found, truth) -> float:
     pairs = zip(found, truth, strict=True)
     hits = [len(set(map(str, a)) & set(map(str, b))) / len(b) for a, b in pairs]
     return float(np.mean(hits))
+
+
+def exact_fixture(backend: str, n: int, n_queries: int, *, seed: int):
+    """A module-scoped fixture of :func:`against_exact`'s answer (built once a module)."""
+
+    @pytest.fixture(scope="module")
+    def fixture():
+        return against_exact(backend, n, n_queries, seed=seed)
+
+    return fixture
 
 
 def against_exact(backend: str, n: int, n_queries: int, *, seed: int, k: int = 10):

@@ -8,20 +8,7 @@
 
 from __future__ import annotations
 
-from .efficientnet_lite import (
-    LITE0_SHA256,
-    BackboneError,
-    CropPreprocess,
-    EfficientNetLite,
-    lite0_weights_path,
-    load_lite0,
-)
+from . import efficientnet_lite
+from .efficientnet_lite import *  # noqa: F403 (its __all__)
 
-__all__ = [
-    "LITE0_SHA256",
-    "BackboneError",
-    "CropPreprocess",
-    "EfficientNetLite",
-    "lite0_weights_path",
-    "load_lite0",
-]
+__all__ = list(efficientnet_lite.__all__)

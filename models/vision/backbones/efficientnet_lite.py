@@ -36,7 +36,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ...images.preprocess import image_pixels, normalize
+from ...images.preprocess import Preprocess, image_pixels
 
 __all__ = [
     "LITE0_SHA256",
@@ -180,58 +180,39 @@ class EfficientNetLite(nn.Module):
         return self.classify(self.features(x))
 
 
-@dataclass(frozen=True)
-class CropPreprocess:
-    """Centre crop and resize for a pretrained backbone, in torch.
+@dataclass
+class CropPreprocess(Preprocess):
+    """Centre crop and resize for a pretrained backbone: :class:`Preprocess` with the
+    centre square of side ``crop`` x the shorter side taken before the resize.
 
-    Images in any form :class:`models.images.preprocess.Preprocess` takes (uint8 arrays
-    (n, h, w) or (n, h, w, 3|4), a list of such images of any sizes, float
-    pixels in [0, 1]) -> float32 (n, 3, size, size): alpha dropped, gray
-    repeated to RGB, the centre square of side ``crop`` x the shorter side
-    resized (bilinear, antialiased) to ``size``, then normalised by
-    ``mean``/``std`` (on the 0..1 scale).
+    Images in any form :class:`Preprocess` takes -> float32 (n, 3, size, size):
+    alpha dropped, gray repeated to RGB, the centre crop resized (bilinear,
+    antialiased) to ``size``, then normalised by ``mean``/``std`` (on the 0..1
+    scale).
     """
 
     size: int = 224
-    crop: float = 224 / 256
     channels: int = 3
     mean: tuple[float, ...] = (127 / 255,) * 3
     std: tuple[float, ...] = (128 / 255,) * 3
+    crop: float = 224 / 256
     kind: str = "center-crop"
-    background: str = "any"  # "dark": invert images with a light border (Fashion-MNIST)
 
     def to_dict(self) -> dict:
-        return {
-            "kind": self.kind,
-            "size": self.size,
-            "crop": self.crop,
-            "channels": self.channels,
-            "mean": list(self.mean),
-            "std": list(self.std),
-            "background": self.background,
-        }
+        return {"kind": self.kind, "crop": self.crop, **super().to_dict()}
 
     @classmethod
     def from_dict(cls, d: dict) -> CropPreprocess:
         if d.get("kind") != "center-crop":
             raise ValueError(f"not a centre-crop preprocessing: {d.get('kind')!r}")
-        return cls(
-            size=int(d["size"]),
-            crop=float(d["crop"]),
-            channels=int(d["channels"]),
-            mean=tuple(float(v) for v in d["mean"]),
-            std=tuple(float(v) for v in d["std"]),
-            background=str(d.get("background", "any")),
-        )
+        base = Preprocess.from_dict(d)
+        return cls(**{**vars(base), "crop": float(d["crop"])})
 
     def pixels(self, images) -> torch.Tensor:
         """Images -> float32 (n, 3, size, size) in [0, 1], not normalised."""
         return image_pixels(
             images, self.size, self.channels, background=self.background, crop=self.crop
         )
-
-    def __call__(self, images) -> torch.Tensor:
-        return normalize(self.pixels(images), self.mean, self.std)
 
 
 # ---------------------------------------------------------------- weights
