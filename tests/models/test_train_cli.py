@@ -20,7 +20,6 @@ def labels_file(tmp_path_factory):
     return path
 
 
-
 def train_argv(labels, out, *more):
     """``hypsearch train`` on Fashion-MNIST with these labels and output."""
     return [
