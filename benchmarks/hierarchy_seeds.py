@@ -48,9 +48,7 @@ def _labels(tax):
     return classes, general, under
 
 
-def hyperbolic(
-    path: Path, k: int, max_results: int, no_backoff: bool = False
-) -> tuple[dict, dict]:
+def hyperbolic(path: Path, k: int, max_results: int, no_backoff: bool = False) -> tuple[dict, dict]:
     """Scores of one hyperbolic checkpoint, and the level chain of each class label;
     ``no_backoff``: the same weights with the placement's two back-offs to the cone
     parent off (``placement_confidence`` 0, ``placement_novelty`` unbounded)."""
@@ -195,9 +193,7 @@ def main() -> None:
     for m in hyp[0]:
         h = [s[m] for s in hyp]
         t = [s[m] for s in tw]
-        verdict = (
-            "**ahead**" if min(h) > max(t) else "behind" if max(h) < min(t) else "overlap"
-        )
+        verdict = "**ahead**" if min(h) > max(t) else "behind" if max(h) < min(t) else "overlap"
         lines.append(
             f"| {m} | {np.mean(h):.3f} ({min(h):.3f}-{max(h):.3f}) | "
             f"{np.mean(t):.3f} ({min(t):.3f}-{max(t):.3f}) | {verdict} |"
@@ -205,12 +201,14 @@ def main() -> None:
     body = "\n".join(lines)
     print(body)
     if args.write_results:
+
         def rel(paths):
             return " ".join(os.path.relpath(os.path.abspath(p), ROOT) for p in paths)
 
         cmd = (
             f"python benchmarks/hierarchy_seeds.py --hyperbolic {rel(args.hyperbolic)} "
-            f"--twin {rel(args.twin)}" + (" --no-backoff" if args.no_backoff else "")
+            f"--twin {rel(args.twin)}"
+            + (" --no-backoff" if args.no_backoff else "")
             + " --write-results"
         )
         path = write_results(

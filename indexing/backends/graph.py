@@ -113,6 +113,8 @@ __all__ = ["GraphBackend", "search_threads", "set_search_threads"]
 #: a bulk insertion renews the breadth-first node layout when the graph has
 #: doubled, from this many nodes on
 RELAYOUT_MIN = 8192
+
+
 def _kernels():
     from . import _graph_kernels
 
@@ -409,8 +411,7 @@ class GraphBackend(CalibrationMixin, Backend):
             return
         bounds = np.linspace(0, n, threads + 1).astype(int)
         futures = [
-            executor(threads).submit(fn, int(bounds[t]), int(bounds[t + 1]))
-            for t in range(threads)
+            executor(threads).submit(fn, int(bounds[t]), int(bounds[t + 1])) for t in range(threads)
         ]
         for f in futures:
             f.result()

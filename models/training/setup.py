@@ -229,8 +229,6 @@ def autocast(enabled: bool):
     return torch.autocast("cpu", dtype=torch.bfloat16, enabled=enabled)
 
 
-
-
 def model_inputs(prep: Prepared, rows: torch.Tensor, augment=None, views: int = 1, gen=None):
     """Stored rows -> the encoder's input: uint8 pixels as ``views`` augmented views,
     normalised, channels last; a pretrained backbone's cached outputs as they are."""
