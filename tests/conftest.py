@@ -63,7 +63,10 @@ SLOW_MODULES = frozenset(
 #: single tests marked ``slow`` in otherwise fast modules (node ids without parameters)
 SLOW_TESTS = frozenset(
     {
+        "indexing/test_index_deep.py::test_deep_points_search_exactly",
+        "indexing/test_index_graph.py::test_product_graph_against_the_exact_scan",
         "models/test_labels_closure.py::test_pull_layout_lowers_the_rank_of_second_parents_and_keeps_the_cones",
+        "models/test_taxonomy.py::test_with_words_adds_wordnet_words_to_synsets",
         "service/test_cli.py::test_console_script_help",
         "service/test_cli.py::test_labels_train_eval_export",
         "service/test_cli.py::test_labels_train_resumes_from_partial",
