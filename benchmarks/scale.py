@@ -233,15 +233,9 @@ def main() -> int:
     ap.add_argument("--replicas", type=int, default=2)
     add_results_flag(ap, "scale")
     args = ap.parse_args()
-    import ray
+    from service.ray_serve import start_local_ray
 
-    ray.init(
-        num_cpus=2,
-        object_store_memory=300 * 2**20,
-        include_dashboard=False,
-        log_to_driver=False,
-        namespace="hypsearch",
-    )
+    ray = start_local_ray(cpus=2, object_store_bytes=300 * 2**20)
     eq = [equality(ray, s) for s in (2, 4)]
     b, local_index, sharded_index = builds(args.model, args.limit, args.workers)
     sv = services(args.model, local_index, sharded_index, args.clients, args.seconds, args.replicas)

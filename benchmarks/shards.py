@@ -174,20 +174,15 @@ def main(argv=None) -> int:
     ap.add_argument("--cpus", type=int, default=os.cpu_count())
     add_results_flag(ap, "shards")
     args = ap.parse_args(argv)
-    import ray
-
     from indexing.synthetic import hierarchical_cloud
+    from service.ray_serve import start_local_ray
 
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     load0 = os.getloadavg()[0]
-    ray.init(
-        num_cpus=args.cpus,
-        object_store_memory=600 * 2**20,
-        include_dashboard=False,
-        log_to_driver=False,
-        namespace="hypsearch",
-        _temp_dir=os.path.join(tempfile.gettempdir(), f"hsbench-{os.getpid()}"),
+    ray = start_local_ray(
+        cpus=args.cpus,
+        object_store_bytes=600 * 2**20,
+        temp_dir=os.path.join(tempfile.gettempdir(), f"hsbench-{os.getpid()}"),
     )
     tmp = Path(tempfile.mkdtemp(prefix="hs-shards-"))
     rows: list[dict] = []

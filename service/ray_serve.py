@@ -63,20 +63,44 @@ def connect(address: str, flag: str = "--ray"):
         _authenticate(address, flag)
     if ray.is_initialized():
         return ray
-    kw: dict[str, Any] = {"namespace": "hypsearch", "log_to_driver": False}
     try:
         if address == "local":
-            ray.init(
-                num_cpus=os.cpu_count(),
-                object_store_memory=LOCAL_OBJECT_STORE_BYTES,
-                include_dashboard=False,
-                **kw,
-            )
+            start_local_ray()
         else:
-            ray.init(address=address, **kw)
+            ray.init(address=address, **RAY_INIT)
     except (ConnectionError, ValueError, RuntimeError, TimeoutError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise RayUnavailable(f"{flag} {address}: no Ray cluster there ({first})") from None
+    return ray
+
+
+#: what every ``ray.init`` of the project passes: the project's namespace (its named
+#: shard actors), the workers' logs kept out of this process's output
+RAY_INIT: dict[str, Any] = {"namespace": "hypsearch", "log_to_driver": False}
+
+
+def start_local_ray(
+    *,
+    cpus: int | None = None,
+    object_store_bytes: int = LOCAL_OBJECT_STORE_BYTES,
+    temp_dir: str | None = None,
+):
+    """``ray`` initialised on a new one-machine cluster in this process: ``cpus``
+    (default: the machine's), a capped object store, no dashboard, no usage
+    statistics (``connect("local")``, the tests and the benchmarks). Ray binds the
+    machine's network interface: where only loopback traffic is allowed, run it in
+    a network namespace that has just ``lo`` (``make test`` does)."""
+    import ray
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    extra = {} if temp_dir is None else {"_temp_dir": temp_dir}
+    ray.init(
+        num_cpus=cpus or os.cpu_count(),
+        object_store_memory=object_store_bytes,
+        include_dashboard=False,
+        **RAY_INIT,
+        **extra,
+    )
     return ray
 
 

@@ -9,6 +9,7 @@ fail, so that a CI run that lost its namespace does not pass by skipping.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import socket
 
@@ -33,30 +34,22 @@ def cannot_run(reason: str):
 def start_local_ray():
     """``ray`` initialised on a new local cluster: 2 CPUs, a 200 MB object store, no
     dashboard, namespace ``hypsearch`` (or skip / fail as the module docstring says)."""
-    try:
-        import ray
-    except ImportError:
+    if importlib.util.find_spec("ray") is None:
         cannot_run("the ray extra is not installed: pip install -e '.[ray]'")
     if not loopback_only():
         cannot_run(
             "Ray binds the machine's network interface: its tests run only inside a network "
             "namespace with just lo (make test makes one when run as root)"
         )
+    from service.ray_serve import start_local_ray as start
+
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     # Serve kills a proxy whose readiness check times out (5 s by default): on a loaded
     # 2-core machine the proxy of a starting `hypsearch serve --ray` took longer (the
     # cluster's processes inherit this environment)
     os.environ.setdefault("RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S", "60")
     temp = f"/tmp/hsray-{os.getpid()}"  # short: Ray's socket paths have a length limit
-    ray.init(
-        num_cpus=2,
-        object_store_memory=200 * 2**20,
-        include_dashboard=False,
-        log_to_driver=False,
-        namespace="hypsearch",
-        _temp_dir=temp,
-    )
-    return ray
+    return start(cpus=2, object_store_bytes=200 * 2**20, temp_dir=temp)
 
 
 def ray_cluster_fixture():
