@@ -458,6 +458,7 @@ def cap_construction(
     folds: str = "general",
     outward: float = 0.0,
     max_radius: float = 32.0,
+    toward: float = 0.98,
 ) -> CapPlacement:
     """Place every node so that caps nest along a spanning tree (see the module docstring).
 
@@ -574,7 +575,7 @@ def cap_construction(
     if outward > 0:
         placed = moved_outward(
             taxonomy, placed, outward=outward, max_radius=max_radius,
-            theta0=theta0, beta=beta, curvature=curvature,
+            theta0=theta0, beta=beta, curvature=curvature, toward=toward,
         )  # fmt: skip
     return placed
 
@@ -588,6 +589,7 @@ def moved_outward(
     theta0: float = 2.5,
     beta: float = 0.5,
     curvature: float = 1.0,
+    toward: float = 0.98,
 ) -> CapPlacement:
     """A cap construction with its closed subtrees moved outward (:mod:`models.labels.outward`;
     ``cap_construction(..., outward=...)`` in one call)."""
@@ -598,13 +600,15 @@ def moved_outward(
     edges = taxonomy.closure_edges()
     held, _ = _held_pairs(tree, order, edges)
     tin, tout = _euler(tree, order)
-    closed = closed_nodes(tree, tin, tout, edges[~held] if len(edges) else edges)
+    off = edges[~held] if len(edges) else edges
+    closed = closed_nodes(tree, tin, tout, off)
     x = placed.points.numpy()
     nrm = np.linalg.norm(x, axis=1)
     dirs = x / np.maximum(nrm, 1e-300)[:, None]
     dirs, rho, moved = push_outward(
         dirs, placed.radius, tree, order, closed, tin, tout,
         theta0=theta0, beta=beta, room=outward, max_radius=max_radius,
+        off=off, toward=toward,
     )  # fmt: skip
     norm = np.tanh(rho / 2) / math.sqrt(curvature)
     info = dict(placed.info, max_radius=float(rho.max()) if len(rho) else 0.0, outward=outward)

@@ -53,19 +53,66 @@ def closed_nodes(
     return closed
 
 
-def _dilate(dirs, theta, anchor, k):
-    """Image caps under the dilation by ``k`` about unit ``anchor`` (rows): (dirs, theta)."""
-    cos_psi = np.clip((dirs * anchor).sum(-1), -1.0, 1.0)
+def _to_plane(dirs, theta, centre, scale):
+    """Caps (rows ``dirs``, ``theta``) as balls (centres, radii) in stereographic
+    coordinates from the antipodes of the unit rows ``centre``, divided by ``scale``."""
+    cos_psi = np.clip((dirs * centre).sum(-1), -1.0, 1.0)
     psi = np.arccos(cos_psi)
-    t = dirs - cos_psi[:, None] * anchor
+    t = dirs - cos_psi[:, None] * centre
     tn = np.linalg.norm(t, axis=-1)
     t = np.where(tn[:, None] > 1e-300, t / np.maximum(tn, 1e-300)[:, None], 0.0)
-    hi = 2 * np.arctan(k * np.tan(np.minimum(psi + theta, math.pi - 1e-12) / 2))
-    lo = 2 * np.arctan(k * np.tan((psi - theta) / 2))
-    centre, radius = (hi + lo) / 2, (hi - lo) / 2
-    new = np.cos(centre)[:, None] * anchor + np.sin(centre)[:, None] * t
+    lo = np.tan((psi - theta) / 2) / scale
+    hi = np.tan(np.minimum(psi + theta, math.pi - 1e-12) / 2) / scale
+    return ((lo + hi) / 2)[:, None] * t, (hi - lo) / 2
+
+
+def _from_plane(m, rad, centre, scale):
+    """The inverse of :func:`_to_plane`: balls back to caps (dirs, theta)."""
+    nm = np.linalg.norm(m, axis=-1)
+    t = np.where(nm[:, None] > 1e-300, m / np.maximum(nm, 1e-300)[:, None], 0.0)
+    lo = 2 * np.arctan(scale * (nm - rad))
+    hi = 2 * np.arctan(scale * (nm + rad))
+    c = (lo + hi) / 2
+    new = np.cos(c)[:, None] * centre + np.sin(c)[:, None] * t
     new /= np.linalg.norm(new, axis=-1, keepdims=True)
-    return new, radius
+    return new, (hi - lo) / 2
+
+
+def _pulls(dirs, roots, off, tin, tout) -> np.ndarray:
+    """For each of ``roots`` (disjoint subtrees): the unit tangent direction at the
+    root's direction towards the ancestors outside its subtree of the pairs ``off``
+    (``(u, a)``, ``u`` inside), each pair one unit vector; zero rows where none."""
+    out = np.zeros((len(roots), dirs.shape[1]))
+    if len(off) == 0 or len(roots) == 0:
+        return out
+    by = np.argsort(tin[roots], kind="stable")
+    rt = tin[roots][by]
+    u, a = off[:, 0], off[:, 1]
+    i = np.searchsorted(rt, tin[u], side="right") - 1
+    ok = i >= 0
+    i = np.where(ok, i, 0)
+    v = roots[by][i]
+    ok &= tin[u] < tout[v]
+    ok &= ~((tin[v] <= tin[a]) & (tin[a] < tout[v]))  # the ancestor lies outside
+    v, a, i = v[ok], a[ok], by[i[ok]]
+    e = dirs[a] - (dirs[a] * dirs[v]).sum(-1, keepdims=True) * dirs[v]
+    nrm = np.linalg.norm(e, axis=-1)
+    good = nrm > 1e-300
+    np.add.at(out, i[good], e[good] / nrm[good, None])
+    nrm = np.linalg.norm(out, axis=-1)
+    return np.where(nrm[:, None] > 1e-12, out / np.maximum(nrm, 1e-300)[:, None], 0.0)
+
+
+def _ratios(want, scale, x0):
+    """Scaling ``k`` about ``x0`` (distance from the origin, in the unit ball of the
+    root's cap) that makes the root's cap ``want`` (bisection; monotone in ``k``)."""
+    lo, hi = np.zeros(len(want)), np.ones(len(want))
+    for _ in range(64):
+        k = (lo + hi) / 2
+        c = x0 * (1 - k)
+        big = np.arctan(scale * (c + k)) - np.arctan(scale * (c - k)) > want
+        hi, lo = np.where(big, k, hi), np.where(big, lo, k)
+    return (lo + hi) / 2
 
 
 def push_outward(
@@ -81,6 +128,8 @@ def push_outward(
     beta: float,
     room: float,
     max_radius: float,
+    off: np.ndarray | None = None,
+    toward: float = 0.98,
 ) -> tuple[np.ndarray, np.ndarray, dict]:
     """Move every closed subtree outward, top down (see the module docstring).
 
@@ -88,9 +137,15 @@ def push_outward(
     hyperbolic radii (curvature units), ``tree``/``order`` the spanning
     forest and a top-down order, ``closed`` from :func:`closed_nodes`,
     ``tin``/``tout`` the forest's Euler entry and exit times (a subtree is
-    the nodes entered in ``[tin, tout)``).
+    the nodes entered in ``[tin, tout)``). ``off``: the closure pairs the
+    tree does not hold; each subtree then shrinks towards the point at
+    ``toward`` of the way from its root's direction to the rim of its cap,
+    on the side of the ancestors outside it of its nodes' pairs (``toward``
+    0, or no pairs: towards its root's direction).
     Returns new directions, radii and ``{"moved", "mean_push"}``.
     """
+    if not 0 <= toward < 1:
+        raise ValueError(f"toward must be in [0, 1), got {toward}")
     dirs, rho = dirs.copy(), rho.astype(np.float64).copy()
     n = len(tree)
     by_tin = np.argsort(tin)
@@ -100,6 +155,7 @@ def push_outward(
             depth[i] = depth[tree[i]] + 1
     start = rho.copy()
     moved = 0
+    off = np.zeros((0, 2), dtype=np.int64) if off is None else off
     for d in range(int(depth.max()) + 1 if n else 0):
         roots = np.flatnonzero((depth == d) & closed & (rho > 0))
         if len(roots) == 0 or room <= 0:
@@ -112,17 +168,33 @@ def push_outward(
         roots, push = roots[keep], push[keep]
         if len(roots) == 0:
             continue
-        theta_r = theta0 * np.exp(-beta * rho[roots])
-        want = theta_r * np.exp(-beta * push)
-        k = np.tan(want / 2) / np.tan(np.minimum(theta_r, math.pi - 1e-12) / 2)
+        x0 = toward * _pulls(dirs, roots, off, tin, tout)
         # every node of the moved subtrees, with its subtree root
         spans = [by_tin[tin[v] : tout[v]] for v in roots]
         nodes = np.concatenate(spans)
         which = np.repeat(np.arange(len(roots)), [len(s) for s in spans])
-        theta = theta0 * np.exp(-beta * rho[nodes])
-        new_dirs, new_theta = _dilate(dirs[nodes], theta, dirs[roots][which], k[which])
-        dirs[nodes] = new_dirs
-        rho[nodes] = np.log(theta0 / new_theta) / beta
-        moved += len(roots)
+        firsts = np.concatenate([[0], np.cumsum([len(s) for s in spans])[:-1]])
+        theta_r = theta0 * np.exp(-beta * rho[roots])
+        scale = np.tan(np.minimum(theta_r, math.pi - 1e-12) / 2)
+        centre = dirs[roots][which]
+        m, rad = _to_plane(dirs[nodes], theta0 * np.exp(-beta * rho[nodes]), centre, scale[which])
+        for _ in range(8):
+            # a scaling by k about x0 in the plane maps caps to caps (nested stay nested);
+            # off the root's direction the sphere's scale varies: radii checked after
+            k = _ratios(theta_r * np.exp(-beta * push), scale, np.linalg.norm(x0, axis=1))
+            kw = k[which][:, None]
+            new_dirs, new_theta = _from_plane(
+                x0[which] + kw * (m - x0[which]), kw[:, 0] * rad, centre, scale[which]
+            )
+            new_rho = np.log(theta0 / new_theta) / beta
+            over = np.maximum.reduceat(new_rho, firsts) - max_radius
+            if (over <= 1e-9).all():
+                break
+            push = np.where(over > 1e-9, push - over - 1e-6, push)
+        good = (push > 1e-9) & (np.maximum.reduceat(new_rho, firsts) <= max_radius + 1e-9)
+        ok = good[which]
+        dirs[nodes[ok]] = new_dirs[ok]
+        rho[nodes[ok]] = new_rho[ok]
+        moved += int(good.sum())
     info = {"moved": moved, "mean_push": float((rho - start).mean()) if n else 0.0}
     return dirs, rho, info
