@@ -277,6 +277,15 @@ def main() -> int:
         help="also each embedding with its closed subtrees moved outward by these radii "
         "(cap_outward; models/labels/outward.py)",
     )
+    ap.add_argument(
+        "--toward",
+        type=float,
+        nargs="+",
+        default=[0.98],
+        help="with --outward: each closed subtree shrinks towards this share of the way "
+        "from its root's direction to the rim of its cap, on its off-tree partners' side "
+        "(0: towards its root's direction, the first --outward)",
+    )
     ap.add_argument("--name", default="noun_closure", help="results file name")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -340,18 +349,22 @@ def main() -> int:
             f"{info.get('max_radius', float('nan')):.1f} |"
         )
         print(summary[-1], f"(eval {time.perf_counter() - t:.0f} s)", file=sys.stderr)
-        for room in args.outward if kind == "new" else []:
-            moved, sec = _outward(tax, emb, room)
-            loads.append(f"{label} moved outward by {room:g}, dim {dim}: {_load()}")
-            what = f"defaults, then closed subtrees moved outward by up to {room:g} "
-            what += f"(`--outward {room:g}`)"
+        moves = [(room, tw) for room in args.outward for tw in args.toward]
+        for room, tw in moves if kind == "new" else []:
+            moved, sec = _outward(tax, emb, room, tw)
+            loads.append(f"{label} moved outward by {room:g} (toward {tw:g}), dim {dim}: {_load()}")
+            what = f"defaults, then closed subtrees moved outward by up to {room:g}, " + (
+                f"towards their off-tree partners (`--outward {room:g}`, toward {tw:g})"
+                if tw > 0
+                else "towards their roots' directions (the first `--outward`)"
+            )
             summary.append(_summary_row(what, dim, seconds + sec, moved, args.sample))
             print(summary[-1], file=sys.stderr)
-            if dim == 10 and room == args.outward[0]:
+            if dim == 10 and (room, tw) == moves[0]:
                 ranks = pair_ranks(moved, us)
                 tree = np.asarray(_tree_of(tax, kind))
                 details.append(
-                    f"### defaults moved outward by {room:g}, dim 10\n\n"
+                    f"### defaults moved outward by {room:g} (toward {tw:g}), dim 10\n\n"
                     + breakdown(moved, tree, ranks, 0.0)
                 )
         if dim == 10:
@@ -501,7 +514,7 @@ def _load() -> str:
     return "load average " + " / ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
-def _outward(tax, emb, room: float):
+def _outward(tax, emb, room: float, toward: float):
     """``emb`` (a default construction) with its closed subtrees moved outward by up to
     ``room``, and the seconds the move took (the construction's radii are read back
     from the stored points where the checkpoint has no exact ones)."""
@@ -514,7 +527,7 @@ def _outward(tax, emb, room: float):
     rho = (2 * torch.atanh(x.norm(dim=1).clamp(max=1 - 1e-16))).numpy()
     tree = np.asarray(_tree_of(tax, "new"))
     placed = CapPlacement(x, rho, tree, dict(emb.metrics.get("construction", {})))
-    moved = moved_outward(tax, placed, outward=room)
+    moved = moved_outward(tax, placed, outward=room, toward=toward)
     sec = time.perf_counter() - t
     out = LabelEmbedding(tax, moved.points, 1.0, cone=cones.cone_spec("cap"))
     out.metrics = {"construction": moved.info, "train_seconds": sec}

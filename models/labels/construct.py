@@ -459,6 +459,7 @@ def cap_construction(
     outward: float = 0.0,
     max_radius: float = 32.0,
     toward: float = 0.98,
+    widen: float = 0.0,
 ) -> CapPlacement:
     """Place every node so that caps nest along a spanning tree (see the module docstring).
 
@@ -575,7 +576,7 @@ def cap_construction(
     if outward > 0:
         placed = moved_outward(
             taxonomy, placed, outward=outward, max_radius=max_radius,
-            theta0=theta0, beta=beta, curvature=curvature, toward=toward,
+            theta0=theta0, beta=beta, curvature=curvature, toward=toward, widen=widen,
         )  # fmt: skip
     return placed
 
@@ -590,10 +591,13 @@ def moved_outward(
     beta: float = 0.5,
     curvature: float = 1.0,
     toward: float = 0.98,
+    widen: float = 0.0,
 ) -> CapPlacement:
     """A cap construction with its closed subtrees moved outward (:mod:`models.labels.outward`;
-    ``cap_construction(..., outward=...)`` in one call)."""
-    from .outward import closed_nodes, push_outward
+    ``cap_construction(..., outward=...)`` in one call): first, with ``widen`` > 0, the
+    open children widened in their parents' caps (``widen_open``), then the closed
+    subtrees pushed (``push_outward``, towards their off-tree partners by ``toward``)."""
+    from .outward import crossing_pairs, push_outward, widen_open
 
     tree = placed.tree_parent
     order = _top_down(tree)
@@ -601,18 +605,23 @@ def moved_outward(
     held, _ = _held_pairs(tree, order, edges)
     tin, tout = _euler(tree, order)
     off = edges[~held] if len(edges) else edges
-    closed = closed_nodes(tree, tin, tout, off)
+    crossing = crossing_pairs(tree, tin, tout, off)
     x = placed.points.numpy()
     nrm = np.linalg.norm(x, axis=1)
     dirs = x / np.maximum(nrm, 1e-300)[:, None]
+    dirs, rho, wide = widen_open(
+        dirs, placed.radius, tree, order, crossing, tin, tout,
+        theta0=theta0, beta=beta, share=widen, max_radius=max_radius,
+    )  # fmt: skip
     dirs, rho, moved = push_outward(
-        dirs, placed.radius, tree, order, closed, tin, tout,
+        dirs, rho, tree, order, crossing == 0, tin, tout,
         theta0=theta0, beta=beta, room=outward, max_radius=max_radius,
         off=off, toward=toward,
     )  # fmt: skip
     norm = np.tanh(rho / 2) / math.sqrt(curvature)
     info = dict(placed.info, max_radius=float(rho.max()) if len(rho) else 0.0, outward=outward)
     info.update(outward_moved=moved["moved"], outward_mean_push=moved["mean_push"])
+    info.update(outward_toward=toward, outward_widen=widen, outward_widened=wide["widened"])
     return CapPlacement(torch.from_numpy(dirs * norm[:, None]), rho, tree, info)
 
 

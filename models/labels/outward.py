@@ -30,7 +30,27 @@ import math
 
 import numpy as np
 
-__all__ = ["closed_nodes", "push_outward"]
+__all__ = ["closed_nodes", "crossing_pairs", "push_outward", "widen_open"]
+
+
+def crossing_pairs(
+    tree: np.ndarray, tin: np.ndarray, tout: np.ndarray, off: np.ndarray
+) -> np.ndarray:
+    """Per node: the pairs ``(u, a)`` of ``off`` (closure pairs the tree does not hold)
+    with ``a`` in its subtree and ``u`` outside."""
+    count = np.zeros(len(tree), dtype=np.int64)
+    if len(off) == 0:
+        return count
+    u, w = off[:, 0].copy(), off[:, 1].copy()
+    live = np.ones(len(u), dtype=bool)
+    while live.any():
+        # w not a tree ancestor of u (u outside w's subtree): the pair crosses w; go up
+        out = live & ~((tin[w] <= tin[u]) & (tin[u] < tout[w]))
+        np.add.at(count, w[out], 1)
+        up = tree[w]
+        live = out & (up >= 0)
+        w = np.where(live, up, w)
+    return count
 
 
 def closed_nodes(
@@ -38,19 +58,7 @@ def closed_nodes(
 ) -> np.ndarray:
     """Which nodes root a closed subtree: no pair ``(u, a)`` of ``off`` (closure pairs the
     tree does not hold) with ``a`` in the subtree and ``u`` outside."""
-    closed = np.ones(len(tree), dtype=bool)
-    if len(off) == 0:
-        return closed
-    u, w = off[:, 0].copy(), off[:, 1].copy()
-    live = np.ones(len(u), dtype=bool)
-    while live.any():
-        # w not a tree ancestor of u (u outside w's subtree): w is open; go up
-        out = live & ~((tin[w] <= tin[u]) & (tin[u] < tout[w]))
-        closed[w[out]] = False
-        up = tree[w]
-        live = out & (up >= 0)
-        w = np.where(live, up, w)
-    return closed
+    return crossing_pairs(tree, tin, tout, off) == 0
 
 
 def _to_plane(dirs, theta, centre, scale):
@@ -198,3 +206,107 @@ def push_outward(
         moved += int(good.sum())
     info = {"moved": moved, "mean_push": float((rho - start).mean()) if n else 0.0}
     return dirs, rho, info
+
+
+def _to_hyperbolic(m, rad):
+    """Balls inside the unit ball (Euclidean centres, radii) as hyperbolic balls of its
+    Poincaré model: hyperbolic centres (points of the unit ball) and radii."""
+    nm = np.linalg.norm(m, axis=-1)
+    t = np.where(nm[:, None] > 1e-300, m / np.maximum(nm, 1e-300)[:, None], 0.0)
+    lim = 1 - 1e-16
+    h1 = 2 * np.arctanh(np.clip(nm - rad, -lim, lim))
+    h2 = 2 * np.arctanh(np.clip(nm + rad, -lim, lim))
+    return np.tanh((h1 + h2) / 4)[:, None] * t, (h2 - h1) / 2
+
+
+def _from_hyperbolic(q, rh):
+    nq = np.linalg.norm(q, axis=-1)
+    t = np.where(nq[:, None] > 1e-300, q / np.maximum(nq, 1e-300)[:, None], 0.0)
+    dist = 2 * np.arctanh(np.minimum(nq, 1 - 1e-16))
+    lo, hi = np.tanh((dist - rh) / 2), np.tanh((dist + rh) / 2)
+    return ((lo + hi) / 2)[:, None] * t, (hi - lo) / 2
+
+
+def _mobius_add(s, q):
+    """``s ⊕ q`` in the Poincaré ball (rows): the isometry taking 0 to ``s``, at ``q``."""
+    sq = (s * q).sum(-1, keepdims=True)
+    ns = (s * s).sum(-1, keepdims=True)
+    nq = (q * q).sum(-1, keepdims=True)
+    return ((1 + 2 * sq + nq) * s + (1 - ns) * q) / (1 + 2 * sq + ns * nq)
+
+
+def widen_open(
+    dirs: np.ndarray,
+    rho: np.ndarray,
+    tree: np.ndarray,
+    order: list[int],
+    crossing: np.ndarray,
+    tin: np.ndarray,
+    tout: np.ndarray,
+    *,
+    theta0: float,
+    beta: float,
+    share: float,
+    max_radius: float,
+) -> tuple[np.ndarray, np.ndarray, dict]:
+    """Open children widened: within the cap of every open node ``p`` with open
+    children (``crossing`` > 0, :func:`crossing_pairs`), top down, a Möbius map of the sphere that
+    keeps ``p``'s cap (a hyperbolic translation of the cap seen as a Poincaré ball)
+    brings the open children's mean hyperbolic centre (weighted by ``crossing``)
+    ``share`` of the way to the cap's centre. The open children's caps grow (the
+    ancestors of pairs off the tree come nearer to every node), the others shrink
+    (they move outward), nested caps stay nested and disjoint caps disjoint;
+    ``p`` and everything outside its cap stay. Where a radius would pass
+    ``max_radius`` the share is cut (by 0.7 at a time).
+    Returns new directions, radii and ``{"widened"}``.
+    """
+    dirs, rho = dirs.copy(), rho.astype(np.float64).copy()
+    n = len(tree)
+    by_tin = np.argsort(tin)
+    depth = np.zeros(n, dtype=np.int64)
+    for i in order:
+        if tree[i] >= 0:
+            depth[i] = depth[tree[i]] + 1
+    has_open = np.zeros(n, dtype=bool)
+    kid = np.flatnonzero((tree >= 0) & (crossing > 0))
+    has_open[tree[kid]] = True
+    widened = 0
+    for d in range(int(depth.max()) + 1 if n and share > 0 else 0):
+        ps = np.flatnonzero((depth == d) & has_open & (crossing > 0) & (rho > 0))
+        if len(ps) == 0:
+            continue
+        spans = [by_tin[tin[p] + 1 : tout[p]] for p in ps]
+        nodes = np.concatenate(spans)
+        which = np.repeat(np.arange(len(ps)), [len(s) for s in spans])
+        theta_p = theta0 * np.exp(-beta * rho[ps])
+        scale = np.tan(np.minimum(theta_p, math.pi - 1e-12) / 2)
+        centre = dirs[ps][which]
+        old = rho[nodes]
+        m, rad = _to_plane(dirs[nodes], theta0 * np.exp(-beta * old), centre, scale[which])
+        q, rh = _to_hyperbolic(m, rad)
+        # the open children's weighted mean centre, per p
+        kids = (tree[nodes] == ps[which]) & (crossing[nodes] > 0)
+        w = crossing[nodes[kids]].astype(np.float64)
+        target = np.zeros((len(ps), dirs.shape[1]))
+        np.add.at(target, which[kids], w[:, None] * q[kids])
+        target /= np.bincount(which[kids], weights=w, minlength=len(ps))[:, None]
+        norm = np.linalg.norm(target, axis=1)
+        live = norm > 1e-12
+        unit = target / np.maximum(norm, 1e-300)[:, None]
+        h = np.arctanh(np.minimum(norm, 1 - 1e-16))
+        a = np.where(live, share, 0.0)
+        for _ in range(24):
+            s = -np.tanh(a * h)[:, None] * unit
+            m2, rad2 = _from_hyperbolic(_mobius_add(s[which], q), rh)
+            new_dirs, new_theta = _from_plane(m2, rad2, centre, scale[which])
+            new_rho = np.log(theta0 / new_theta) / beta
+            bad = np.zeros(len(ps), dtype=bool)
+            np.logical_or.at(bad, which, new_rho > np.maximum(max_radius, old) + 1e-9)
+            if not bad.any():
+                break
+            a = np.where(bad, a * 0.7, a)
+        ok = ~bad[which] & (a > 0)[which]
+        dirs[nodes[ok]] = new_dirs[ok]
+        rho[nodes[ok]] = new_rho[ok]
+        widened += int(((a > 0) & ~bad).sum())
+    return dirs, rho, {"widened": widened}
