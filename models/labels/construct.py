@@ -493,6 +493,8 @@ def cap_construction(
         raise ValueError(f"outward must be a finite number >= 0, got {outward}")
     if not (0 < max_radius <= 36.0):
         raise ValueError(f"max_radius must be in (0, 36], got {max_radius}")
+    if not 0 <= toward < 1:
+        raise ValueError(f"toward must be in [0, 1), got {toward}")
     rng = np.random.default_rng(seed)
     n = len(taxonomy)
     edges = taxonomy.closure_edges()

@@ -49,6 +49,46 @@ def test_outward_ranks_second_parents_nearer_and_keeps_the_cones(drugs):
     assert float(rho.max()) <= 32.05 and torch.isfinite(after.embeddings).all()
 
 
+def _forked() -> Taxonomy:
+    """Three 4-ary trees of depth 4 under one root; 32 leaves of the first get a second
+    parent three levels deep in one of the others (1,024 nodes, 4,907 closure pairs)."""
+    edges = []
+
+    def grow(name: str, depth: int) -> None:
+        for i in range(4 if depth else 0):
+            edges.append((f"{name}.{i}", name))
+            grow(f"{name}.{i}", depth - 1)
+
+    for b in "ABC":
+        edges.append((b, "r"))
+        grow(b, 4)
+    for i in range(4):
+        for j in range(4):
+            edges.append((f"A.{i}.{j}.0.0", f"B.{j}.{i}.1"))
+            edges.append((f"A.{j}.{i}.2.1", f"C.{i}.{j}.3"))
+    return Taxonomy.from_edges(edges)
+
+
+def test_subtrees_shrunk_towards_their_partners_rank_better_and_keep_the_cones():
+    from models.geometry import cones
+    from models.labels import LabelEmbedding
+
+    tax = _forked()
+    spec = cones.cone_spec("cap")
+    got = {}
+    for toward in (0.0, 0.98):
+        placed = cap_construction(tax, 5, outward=10.0, toward=toward)
+        emb = LabelEmbedding(tax, placed.points, 1.0, cone=spec)
+        got[toward] = (evaluate_reconstruction(emb), evaluate_cones(emb), placed.info)
+    (r0, c0, _), (r1, c1, info) = got[0.0], got[0.98]
+    # towards the root's direction: 1.61; towards the second parents' side: 1.54
+    assert r1["mean_rank"] < r0["mean_rank"] - 0.03, (r1, r0)
+    assert r1["map"] >= r0["map"]
+    assert c1["cone_true_positives"] == c0["cone_true_positives"]
+    assert c1["cone_false_positives"] <= c0["cone_false_positives"]
+    assert info["outward_toward"] == 0.98 and info["max_radius"] <= 32.0 + 1e-9
+
+
 def test_closed_nodes_are_those_holding_no_outside_nodes_second_ancestor():
     # z has two parents, b (tree) and c: c's branch holds an ancestor of z off the tree
     edges = [("a", "r"), ("c", "r"), ("b", "a"), ("z", "b"), ("z", "c"), ("y", "c")]
@@ -94,6 +134,8 @@ def test_outward_is_deterministic_and_checks_its_options(drugs):
         cap_construction(drugs, 5, outward=-1.0)
     with pytest.raises(ValueError, match="max_radius"):
         cap_construction(drugs, 5, outward=1.0, max_radius=40.0)
+    with pytest.raises(ValueError, match="toward"):
+        cap_construction(drugs, 5, outward=1.0, toward=1.0)
     with pytest.raises(ValueError, match="cap_outward"):
         LabelTrainConfig(cap_outward=float("nan")).validate()
     with pytest.raises(ValueError, match="cap_max_radius"):
