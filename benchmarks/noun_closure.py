@@ -280,11 +280,22 @@ def main() -> int:
     ap.add_argument(
         "--toward",
         type=float,
-        nargs="+",
-        default=[0.98],
+        default=0.98,
         help="with --outward: each closed subtree shrinks towards this share of the way "
-        "from its root's direction to the rim of its cap, on its off-tree partners' side "
-        "(0: towards its root's direction, the first --outward)",
+        "from its root's direction to the rim of its cap, on its off-tree partners' side",
+    )
+    ap.add_argument(
+        "--widen",
+        type=float,
+        default=0.0,
+        help="with --outward: the open children first widened in their parents' caps by "
+        "this share (models/labels/outward.py widen_open)",
+    )
+    ap.add_argument(
+        "--compare",
+        action="store_true",
+        help="with --outward, at 10 dimensions: also the move towards the roots' directions "
+        "(the first --outward) and, with --widen, the move without widening",
     )
     ap.add_argument("--name", default="noun_closure", help="results file name")
     args = ap.parse_args()
@@ -349,22 +360,26 @@ def main() -> int:
             f"{info.get('max_radius', float('nan')):.1f} |"
         )
         print(summary[-1], f"(eval {time.perf_counter() - t:.0f} s)", file=sys.stderr)
-        moves = [(room, tw) for room in args.outward for tw in args.toward]
-        for room, tw in moves if kind == "new" else []:
-            moved, sec = _outward(tax, emb, room, tw)
-            loads.append(f"{label} moved outward by {room:g} (toward {tw:g}), dim {dim}: {_load()}")
-            what = f"defaults, then closed subtrees moved outward by up to {room:g}, " + (
-                f"towards their off-tree partners (`--outward {room:g}`, toward {tw:g})"
-                if tw > 0
-                else "towards their roots' directions (the first `--outward`)"
+        moves = [(room, args.toward, args.widen) for room in args.outward]
+        if args.compare and dim == 10 and args.outward:
+            room = args.outward[0]
+            moves += [(room, 0.0, 0.0)] + ([(room, args.toward, 0.0)] if args.widen else [])
+        for room, tw, wd in moves if kind == "new" else []:
+            moved, sec = _outward(tax, emb, room, tw, wd)
+            how = f"toward {tw:g}, widen {wd:g}"
+            loads.append(f"{label} moved outward by {room:g} ({how}), dim {dim}: {_load()}")
+            what = f"defaults, then closed subtrees moved outward by up to {room:g} " + (
+                "towards their roots' directions (the first `--outward`)"
+                if tw == 0 and wd == 0
+                else f"towards their off-tree partners ({how})"
             )
             summary.append(_summary_row(what, dim, seconds + sec, moved, args.sample))
             print(summary[-1], file=sys.stderr)
-            if dim == 10 and (room, tw) == moves[0]:
+            if dim == 10 and (room, tw, wd) == moves[0]:
                 ranks = pair_ranks(moved, us)
                 tree = np.asarray(_tree_of(tax, kind))
                 details.append(
-                    f"### defaults moved outward by {room:g} (toward {tw:g}), dim 10\n\n"
+                    f"### defaults moved outward by {room:g} ({how}), dim 10\n\n"
                     + breakdown(moved, tree, ranks, 0.0)
                 )
         if dim == 10:
@@ -514,7 +529,7 @@ def _load() -> str:
     return "load average " + " / ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
-def _outward(tax, emb, room: float, toward: float):
+def _outward(tax, emb, room: float, toward: float, widen: float):
     """``emb`` (a default construction) with its closed subtrees moved outward by up to
     ``room``, and the seconds the move took (the construction's radii are read back
     from the stored points where the checkpoint has no exact ones)."""
@@ -527,7 +542,7 @@ def _outward(tax, emb, room: float, toward: float):
     rho = (2 * torch.atanh(x.norm(dim=1).clamp(max=1 - 1e-16))).numpy()
     tree = np.asarray(_tree_of(tax, "new"))
     placed = CapPlacement(x, rho, tree, dict(emb.metrics.get("construction", {})))
-    moved = moved_outward(tax, placed, outward=room, toward=toward)
+    moved = moved_outward(tax, placed, outward=room, toward=toward, widen=widen)
     sec = time.perf_counter() - t
     out = LabelEmbedding(tax, moved.points, 1.0, cone=cones.cone_spec("cap"))
     out.metrics = {"construction": moved.info, "train_seconds": sec}
