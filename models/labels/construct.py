@@ -459,7 +459,7 @@ def cap_construction(
     outward: float = 0.0,
     max_radius: float = 32.0,
     toward: float = 0.98,
-    widen: float = 0.0,
+    widen: float = 0.6,
 ) -> CapPlacement:
     """Place every node so that caps nest along a spanning tree (see the module docstring).
 
@@ -476,12 +476,16 @@ def cap_construction(
     the number of pairs its folds hold though they are not closure pairs
     (``pairs_folded``, :func:`tree_parents`).
 
-    ``outward`` (> 0): then every closed subtree (no node outside it has an
-    ancestor off the tree inside it) moves outward by up to ``outward`` in
-    radius, top down, no radius past ``max_radius``
-    (:mod:`models.labels.outward`): the ancestors reached through second
+    ``outward`` (> 0): then (:mod:`models.labels.outward`) the open children
+    of every open node are widened in its cap (``widen``: the share of the way
+    their weighted centre moves to the cap's centre; 0 skips it), and every
+    closed subtree (no node outside it has an ancestor off the tree inside
+    it) moves outward by up to ``outward`` in radius, shrinking towards its
+    off-tree partners' side (``toward``: how far from its root's direction
+    to the rim of its cap; 0 shrinks towards its root's direction), top down,
+    no radius past ``max_radius``: the ancestors reached through second
     parents rank far better, the caps still nest as they did
-    (``outward_moved``, ``outward_mean_push`` in ``info``).
+    (``outward_moved``, ``outward_mean_push``, ``outward_widened`` in ``info``).
     """
     if dim < 2:
         raise ValueError(f"dim must be at least 2, got {dim}")
@@ -495,6 +499,8 @@ def cap_construction(
         raise ValueError(f"max_radius must be in (0, 36], got {max_radius}")
     if not 0 <= toward < 1:
         raise ValueError(f"toward must be in [0, 1), got {toward}")
+    if not 0 <= widen <= 1:
+        raise ValueError(f"widen must be in [0, 1], got {widen}")
     rng = np.random.default_rng(seed)
     n = len(taxonomy)
     edges = taxonomy.closure_edges()
@@ -593,7 +599,7 @@ def moved_outward(
     beta: float = 0.5,
     curvature: float = 1.0,
     toward: float = 0.98,
-    widen: float = 0.0,
+    widen: float = 0.6,
 ) -> CapPlacement:
     """A cap construction with its closed subtrees moved outward (:mod:`models.labels.outward`;
     ``cap_construction(..., outward=...)`` in one call): first, with ``widen`` > 0, the

@@ -1,27 +1,38 @@
-r"""Closed subtrees moved outward: fewer strangers before a second parent's ancestors.
+r"""Closed subtrees moved outward, open children widened: second parents' ancestors nearer.
 
 A pair ``(u, a)`` that the spanning tree of the cap construction does not hold
 (``a`` reached through a second parent) ranks behind every non-ancestor ``v``
 of ``u`` with :math:`\rho_v - \rho_{w}` below :math:`\rho_a - \rho_{w_a}`
 (``w`` where ``v``'s branch leaves ``u``'s tree path): mostly nodes of other
-branches that are no deeper than ``a``. A subtree ``S`` is *closed* when no
-node outside it has an ancestor off the tree inside it; moving a closed
-subtree outward by ``L`` (its radii up by about ``L``) then leaves every rank
-inside it as it was (all its distances grow by about ``L``: to the outside,
-and within, the angles shrinking with the caps) and puts its nodes behind the
-ancestors of every node outside, whose ancestors it does not hold.
+branches that are no deeper than ``a``. Far from the origin a node ``u`` is at
+distance about :math:`\rho_u + 2\log(\varphi_{uv}/\theta_v) + c` from a
+node ``v`` of cap :math:`\theta_v` at angle :math:`\varphi_{uv}`, so ``a``
+ranks behind every ``v`` with a smaller :math:`\varphi_{uv}/\theta_v`.
 
-The move is exact on the caps: a conformal dilation of the sphere at
-infinity about the subtree root's direction (in stereographic coordinates
-from the antipode, a scaling by ``k``) maps caps to caps, so nested caps stay
-nested and disjoint caps disjoint; each node's new direction is its image
-cap's centre and its new radius the one whose cap (:math:`\theta_0
-e^{-\beta\rho}`) is the image's. ``k`` shrinks the root's cap by
-:math:`e^{-\beta L}`. Subtrees are moved top down (a closed node inside a
-moved closed subtree moves again), each by at most ``room`` and so that no
-radius passes ``max_radius`` (float64 coordinates resolve radii up to about
-37; the default keeps a margin). A leaf is a closed subtree: leaves move
-outward the most.
+Two moves lower that count, both exact on the caps (Möbius maps of the sphere
+at infinity map caps to caps, so nested caps stay nested and disjoint caps
+disjoint; each node's new direction is its image cap's centre and its new
+radius the one whose cap, :math:`\theta_0 e^{-\beta\rho}`, is the image's):
+
+* **Open children widened** (:func:`widen_open`). A node is *open* when a
+  pair ``(u, a)`` crosses it (``a`` in its subtree, ``u`` outside). Within
+  the cap of each open node, top down, a hyperbolic translation of the cap
+  seen as a Poincaré ball of one dimension less moves the open children's
+  weighted centre part of the way to the cap's centre: their caps grow (the
+  ``a``'s below them come nearer to every node), their closed siblings'
+  shrink.
+* **Closed subtrees moved outward** (:func:`push_outward`). A subtree ``S``
+  is *closed* when no pair crosses it; shrinking its caps by
+  :math:`e^{-\beta L}` moves it outward by ``L``, leaves every rank inside it
+  as it was and puts its nodes behind the ancestors of every node outside.
+  The shrink is a scaling in stereographic coordinates from the antipode of
+  ``S``'s root direction about a point of ``S``'s cap near its rim, on the
+  side of the ancestors outside ``S`` of its nodes' pairs (``toward``), so
+  its nodes keep as near those ancestors as their cap allows. Subtrees move
+  top down (a closed node inside a moved closed subtree moves again), each
+  by at most ``room``, no radius past ``max_radius`` (float64 coordinates
+  resolve the caps' margins up to about there). A leaf is a closed subtree:
+  leaves move outward the most.
 """
 
 from __future__ import annotations

@@ -215,8 +215,8 @@ def add_commands(sub) -> None:
         dest="cap_outward",
         type=nonneg_float,
         default=None,
-        help="cap init: move subtrees that hold no second parent's ancestor outward by up "
-        "to this radius (0: off, the default; 10 on the WordNet nouns)",
+        help="cap init: widen the subtrees that hold a second parent's ancestor, move the "
+        "others outward by up to this radius (0: off, the default; 20 on the WordNet nouns)",
     )
     tr.add_argument(
         "--init",
