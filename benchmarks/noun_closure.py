@@ -15,6 +15,10 @@ comparison, then writes ``benchmarks/results/noun_closure.md``:
   by subtree size, by whether the spanning tree (so the caps) holds the pair,
   the pairs it does not hold by their source and by how deep the ancestor
   lies in its branch, and the 20 worst nodes with their worst-ranked ancestors;
+* with ``--outward ROOM``: each default embedding also after ``labels train
+  --outward ROOM``'s moves (``models.labels.construct.moved_outward``: the open
+  children widened by ``--widen``, the closed subtrees moved outward towards
+  their off-tree partners by ``--toward``), with the 10-d tables of it;
 * experiments at 10 dimensions (``--no-experiments`` skips them): nodes of
   several parents placed one at a time (``benchmarks/_second_parents.py``),
   the best points along geodesics for the worst leaves, and tighter sibling
