@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -33,7 +34,10 @@ from models.geometry import ranking
 
 from .errors import IndexInputError
 
-__all__ = ["LabelCones", "HierarchicalHit"]
+__all__ = ["HELD_KEPT", "HeldAmong", "LabelCones", "HierarchicalHit"]
+
+#: answers a :class:`HeldAmong` keeps (one per label asked; the oldest goes first)
+HELD_KEPT = 16384
 
 
 class HierarchicalHit(NamedTuple):
@@ -225,19 +229,8 @@ class LabelCones:
 
     def held_among(self, label: str, names: Sequence[str]) -> frozenset[str]:
         """``held_by(label) & set(names)``, measured on the points of ``names`` alone
-        when ``label``'s whole answer is not kept yet and ``names`` are a small part
-        of the labels (an index's holding labels among a taxonomy's 82,115 nouns: a
-        cold label query then tests its few thousand holders, not every label)."""
-        got = self._held.get(label)
-        if got is not None or label not in self.row or 4 * len(names) >= len(self.labels):
-            return self.held_by(label).intersection(names)
-        named = [n for n in names if n in self.row]
-        rows = np.fromiter((self.row[n] for n in named), dtype=np.int64, count=len(named))
-        inside = self.margins(label, self.points[rows]) >= 0 if len(rows) else np.zeros(0, bool)
-        out = {n for n, h in zip(named, inside.tolist(), strict=True) if h}
-        if label in names:
-            out.add(label)
-        return frozenset(out)
+        (:class:`HeldAmong`, which keeps the answers for many labels)."""
+        return HeldAmong(self, names)(label)
 
     # -- persistence -------------------------------------------------------------------
     def records(self) -> list[tuple[str, str | None, bytes | None]]:
@@ -274,3 +267,55 @@ class LabelCones:
             [np.frombuffer(vec, dtype="<f8") for _, _, vec in records if vec is not None]
         )
         return cls((names, pts), parents, curvature=curvature, spec=spec, K=K)
+
+
+class HeldAmong:
+    """Which of the labels ``names`` (an index's holding labels: a few thousand among
+    a taxonomy's 82,115 nouns) the cone of a label holds: ``held_by(label) &
+    set(names)`` for any label, measured on the points of ``names`` alone, with the
+    parts of the membership margin that depend on those points computed once
+    (:func:`models.geometry.cones.margin_targets_np`: the same margins, so the same
+    answers) and each label's answer kept (at most ``kept`` of them). Built once per
+    state of an index's holders (:class:`indexing.kept.KeptAnswers`); thread-safe."""
+
+    def __init__(self, cones: LabelCones, names: Sequence[str], kept: int = HELD_KEPT) -> None:
+        from models.geometry.cones import margin_targets_np
+
+        self.cones = cones
+        self.names = tuple(names)
+        self.asked = frozenset(self.names)
+        named = [n for n in self.names if n in cones.row]
+        self._named = np.array(named, dtype=object)
+        rows = np.fromiter((cones.row[n] for n in named), dtype=np.int64, count=len(named))
+        self._targets = margin_targets_np(cones.points[rows], cones.spec, c=cones.curvature)
+        self._size = kept
+        self._kept: dict[str, frozenset[str]] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, label: str) -> frozenset[str]:
+        got = self._kept.get(label)
+        if got is None:
+            got = self._measure(label)
+            with self._lock:
+                if len(self._kept) >= self._size:
+                    self._kept.pop(next(iter(self._kept)))
+                self._kept[label] = got
+        return got
+
+    def _measure(self, label: str) -> frozenset[str]:
+        from models.geometry.cones import margin_to_targets_np
+
+        c = self.cones
+        whole = c._held.get(label)  # noqa: SLF001 - the same answer, kept already
+        if whole is not None:
+            return whole & self.asked
+        if label not in c.row:  # no point, no cone: itself (as held_by answers)
+            return frozenset({label}) & self.asked
+        out: set[str] = set()
+        if len(self._named):
+            x = c.points[c.row[label]]
+            inside = margin_to_targets_np(x, self._targets, c.spec, c=c.curvature) >= 0
+            out.update(self._named[inside].tolist())
+        if label in self.asked:
+            out.add(label)
+        return frozenset(out)

@@ -62,13 +62,14 @@ import numpy as np
 
 from models.geometry import poincare_np
 
-from .cones import LabelCones
+from .cones import HeldAmong, LabelCones
 from .errors import IndexInputError
 from .table import ItemTable
 
 __all__ = [
     "Candidates",
     "EntailmentHit",
+    "Holders",
     "path_below",
     "candidates",
     "entailment_order",
@@ -132,22 +133,27 @@ def path_below(cones: LabelCones, apex: str, holder: str) -> tuple[str, ...]:
     return tuple(reversed(ch[: ch.index(apex)]))
 
 
-def outside_tiers(cones: LabelCones, apex: str, holders: Sequence[str]) -> dict[str, int]:
+def outside_tiers(
+    cones: LabelCones, apex: str, holders: Sequence[str], held: HeldAmong | None = None
+) -> dict[str, int]:
     """The tier of the items outside the apex's cone held by each of ``holders``
     (module docstring): ``2 i`` when they are placed at ``chain[i]`` itself (the
     ``i``-th label up the apex's cone chain), ``2 i + 1`` when ``chain[i]``'s cone
     is the nearest on the chain that holds them and they lie in another branch,
-    ``2 len(chain)`` when none holds them (and for items with no holder)."""
+    ``2 len(chain)`` when none holds them (and for items with no holder).
+    ``held``: the cone tests, prepared for labels that include ``holders``."""
     chain = cones.chain(apex) if apex in cones.row else (apex,)
+    if held is None:
+        held = HeldAmong(cones, holders)
     tiers: dict[str, int] = {}
-    left = list(holders)
+    left = set(holders)
     for i, a in enumerate(chain):
         if not left:
             break
-        inside = cones.held_among(a, left)
+        inside = held(a) & left
         for h in inside:
             tiers[h] = 2 * i + (0 if h == a else 1)
-        left = [h for h in left if h not in inside]
+        left -= inside
     return tiers | {h: 2 * len(chain) for h in left}
 
 
@@ -166,6 +172,32 @@ def top_firm(f: np.ndarray, ids: np.ndarray, want: int) -> np.ndarray:
     return pos[order][:want]
 
 
+class Holders:
+    """The labels that hold items of one table, in one state of it, prepared for label
+    queries: their cone tests (:attr:`held`, a :class:`indexing.cones.HeldAmong`),
+    each one's slots, sorted (:attr:`slots`, by the label's number in
+    :attr:`number`), and each slot's holder by number (:attr:`code`, -1 for none). An
+    index keeps it while its items and cones stay the same
+    (:meth:`indexing.kept.KeptAnswers.one`): read it, never change it."""
+
+    def __init__(self, table: ItemTable, cones: LabelCones) -> None:
+        names = [h for h, got in table.by_holder.items() if got]
+        self.held = HeldAmong(cones, names)
+        self.number = {h: j for j, h in enumerate(names)}
+        self.slots: list[np.ndarray] = []
+        self.code = np.full(table.n_slots, -1, dtype=np.int64)
+        for j, h in enumerate(names):
+            got = table.by_holder[h]
+            slots = np.fromiter(got, dtype=np.int64, count=len(got))
+            slots.sort()
+            self.slots.append(slots)
+            self.code[slots] = j
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return self.held.names
+
+
 def candidates(
     table: ItemTable,
     cones: LabelCones,
@@ -176,6 +208,7 @@ def candidates(
     only: np.ndarray | None = None,
     outside: bool = True,
     extra: Sequence[tuple[str, Sequence[str]]] = (),
+    holders: Holders | None = None,
 ) -> Candidates:
     """The :class:`Candidates` of one index's ``table`` for the cone of ``apex``
     (a label with a point), distances measured from ``query`` (a ``(dim,)``
@@ -185,7 +218,8 @@ def candidates(
     (a taxonomy's descendants of the apex that the apex's cone cannot hold: a
     node whose cone lies under its other parent), each item's firmness then
     measured in that label's cone and its path below the apex ``path`` + its
-    path below that label."""
+    path below that label. ``holders``: the table's :class:`Holders` (made here
+    when not given)."""
     for a in [apex, *(a for a, _ in extra)]:
         if a not in cones.row:
             raise IndexInputError(f"label: {a!r} has no point (no cone to rank by)")
@@ -203,23 +237,17 @@ def candidates(
         d = poincare_np.dist(q[None, :], table.vectors[slots[pos]], c=c)
         return list(zip(f[pos].tolist(), ids[pos].tolist(), d.tolist(), strict=True))
 
-    held_slots: list[np.ndarray] = []
+    hs = Holders(table, cones) if holders is None else holders
     sources = [(apex, ()), *((a, tuple(p)) for a, p in extra)]
     # only the labels that hold items matter: tested on their points alone
-    in_use = [h for h, got in table.by_holder.items() if got]
-    holders: set[str] = set()
+    held: set[str] = set()
     for a, _ in sources:
-        holders |= cones.held_among(a, in_use)
-    for h in sorted(holders):
-        got = table.by_holder.get(h)
-        if not got:
-            continue
+        held |= hs.held(a)
+    for h in sorted(held):
         # the first source on the holder's cone chain ranks it (else the apex's own)
         chain = set(cones.chain(h)) if h in cones.row else {h}
         a, prefix = next(((a, p) for a, p in sources if a in chain), (apex, ()))
-        slots = np.fromiter(got, dtype=np.int64, count=len(got))
-        slots.sort()
-        held_slots.append(slots)
+        slots = hs.slots[hs.number[h]]
         if only is not None:
             slots = slots[only[slots]]
         if len(slots):
@@ -227,25 +255,23 @@ def candidates(
             out.paths[h] = prefix + path_below(cones, a, h)
             out.held[h] = rank(slots, want, True, a)
     if outside:
-        alive = table.alive[: table.n_slots].copy()
-        for s in held_slots:
-            alive[s] = False
+        n = table.n_slots
+        inside = np.zeros(len(hs.names) + 1, dtype=bool)  # by number; the last: no holder
+        inside[[hs.number[h] for h in held]] = True
+        alive = table.alive[:n] & ~inside[hs.code[:n]]
         if only is not None:
-            alive &= only[: table.n_slots]
+            alive &= only[:n]
         rest = np.nonzero(alive)[0]
         out.n_outside = len(rest)
         if len(rest):
-            # each outside item's tier, holder by holder (no holder: the last tier)
-            others = [h for h in in_use if h not in holders]
-            tier_of = outside_tiers(cones, apex, others)
+            # each outside item's tier by its holder's (no holder: the last tier)
+            others = [h for h in hs.names if h not in held]
+            tier_of = outside_tiers(cones, apex, others, hs.held)
             no_holder = 2 * len(cones.chain(apex) if apex in cones.row else (apex,))
-            tiers = np.full(len(rest), no_holder, dtype=np.int64)
-            pos = np.full(table.n_slots, -1, dtype=np.int64)
-            pos[rest] = np.arange(len(rest))
+            by_number = np.full(len(hs.names) + 1, no_holder, dtype=np.int64)
             for h in others:
-                got = table.by_holder[h]
-                at = pos[np.fromiter(got, dtype=np.int64, count=len(got))]
-                tiers[at[at >= 0]] = tier_of[h]
+                by_number[hs.number[h]] = tier_of[h]
+            tiers = by_number[hs.code[rest]]
             for t in np.unique(tiers).tolist():  # tier by tier until ``want`` are ranked
                 got = rank(rest[tiers == t], want - len(out.outside), False)
                 out.outside += [(f, i, d, t) for f, i, d in got]

@@ -24,7 +24,6 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ import numpy as np
 
 from .backend_choice import BackendChoice
 from .cones import HierarchicalHit, LabelCones
-from .entailment import Candidates, EntailmentHit, candidates, entailment_order
+from .entailment import Candidates, EntailmentHit, Holders, candidates, entailment_order
 from .errors import IndexInputError
 from .filters import Filter, PayloadColumns, parse_filter
 from .geometry import IndexSpace, PoincareIndexSpace, make_index_space
@@ -42,13 +41,7 @@ from .holding import check_cones, load_cones, save_cones
 from .kept import CANDIDATE_CACHE, KeptAnswers
 from .live import LiveIndex
 from .rwlock import RWLock
-from .snapshot import (
-    MANIFEST_FILE,
-    SnapshotError,
-    read_manifest,
-    restore_snapshot,
-    save_snapshot,
-)
+from .snapshot import MANIFEST_FILE, SnapshotError, read_manifest, restore_snapshot, save_snapshot
 from .store import STORE_FILE, Store
 from .swap import recover
 from .table import ItemBatch
@@ -563,8 +556,7 @@ class HyperbolicIndex:
                 if got is not None:
                     return list(got)
             if by == "holder" and own:
-                held = [h for h, got in self._live.table.by_holder.items() if got]
-                descendants_of = partial(self._cones.held_among, names=held)
+                descendants_of = self._holders().held
             chain, levels = chain_levels(chain, descendants_of)
             mask = None if f is None else self._columns.mask(self._live.table, f)
             hits = search_levels(
@@ -586,6 +578,10 @@ class HyperbolicIndex:
 
     def _state(self) -> tuple:
         return (self._live.applied_seq, self._live.table, self._cones)
+
+    def _holders(self) -> Holders:
+        """The labels holding items, prepared for label queries while they stay the same."""
+        return self._cand_cache.one(self._state(), lambda: Holders(self._live.table, self._cones))
 
     def entailment_candidates(
         self,
@@ -630,9 +626,10 @@ class HyperbolicIndex:
                 got = self._cand_cache.get(key, self._state())
                 if got is not None:
                     return got
-            held = candidates(t, cones, apex, q[0], want, only=only, outside=False, extra=extra)
+            kw = {"only": only, "extra": extra, "holders": self._holders()}
+            held = candidates(t, cones, apex, q[0], want, outside=False, **kw)
             if held.n_held < want:
-                held = candidates(t, cones, apex, q[0], want, only=only, extra=extra)
+                held = candidates(t, cones, apex, q[0], want, **kw)
             if key is not None:
                 self._cand_cache.put(key, self._state(), held)
             return held

@@ -5,6 +5,7 @@ demo spent 80% of its time ranking every item by firmness."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["CANDIDATE_CACHE", "KeptAnswers"]
@@ -23,6 +24,24 @@ class KeptAnswers:
         self.size = size
         self._lock = threading.Lock()
         self._kept: dict[tuple, tuple] = {}
+        self._one: tuple | None = None  # (state, value) of :meth:`one`
+
+    def one(self, state: tuple, build: Callable[[], Any]) -> Any:
+        """The value ``build()`` made in ``state``, kept beside the answers (neither
+        counted among them nor pushed out by them) until the state changes: what
+        every answer of one state starts from (the index's holding labels, prepared
+        for cone tests: :class:`indexing.cones.HeldAmong`)."""
+        seq, t, cones = state
+        with self._lock:
+            got = self._one
+            if got is not None:
+                (seq0, t0, c0), value = got
+                if seq0 == seq and t0 is t and c0 is cones:
+                    return value
+        value = build()
+        with self._lock:
+            self._one = (state, value)
+        return value
 
     def __len__(self) -> int:
         return len(self._kept)

@@ -37,7 +37,9 @@ Cone families
 -------------
 Two families share one membership interface (:func:`membership_margin`:
 :math:`\ge 0` inside; :func:`contains`; :func:`pairwise_membership_margin`;
-:func:`membership_margin_np`, the numpy float64 twin; :func:`aperture`), named
+:func:`membership_margin_np`, the numpy float64 twin, and
+:func:`margin_targets_np` / :func:`margin_to_targets_np`, the same with the
+targets' own parts computed once; :func:`aperture`), named
 by a family string and its parameters (:data:`FAMILIES`):
 
 * ``ganea`` (``K``): the cones above, margin :math:`\psi(x) - \Xi(x, y)`.
@@ -102,6 +104,8 @@ __all__ = [
     "format_cone",
     "membership_margin",
     "membership_margin_np",
+    "margin_targets_np",
+    "margin_to_targets_np",
     "origin_angle",
     "pairwise_membership_margin",
     "parse_cone",
@@ -423,14 +427,20 @@ def _np_cap_aperture(x: np.ndarray, c: float, theta0: float, beta: float) -> np.
     return np.minimum(theta0 * ratio**beta, math.pi)
 
 
-def _np_origin_angle(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+def _np_unit(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(x / |x|, |x| <= tiny)``: the direction of each point, and where it has none."""
     tiny = np.finfo(np.float64).tiny
     nx = _np_norm(x)[..., None]
-    ny = _np_norm(y)[..., None]
-    ux = x / np.maximum(nx, tiny)
-    uy = y / np.maximum(ny, tiny)
+    return x / np.maximum(nx, tiny), nx[..., 0] <= tiny
+
+
+def _np_unit_angle(ux, zx, uy, zy) -> np.ndarray:
     a = 2 * np.arctan2(_np_norm(ux - uy), _np_norm(ux + uy))
-    return np.where((nx[..., 0] <= tiny) | (ny[..., 0] <= tiny), 0.0, a)
+    return np.where(zx | zy, 0.0, a)
+
+
+def _np_origin_angle(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    return _np_unit_angle(*_np_unit(x), *_np_unit(y))
 
 
 def _np_ganea_psi(x: np.ndarray, c: float, K: float) -> np.ndarray:
@@ -473,3 +483,27 @@ def membership_margin_np(x, y, spec: dict[str, Any], *, c: float) -> np.ndarray:
     if spec["family"] == "ganea":
         return _np_ganea_psi(x, c, p["K"]) - _np_ganea_angle(x, y, c)
     return _np_cap_aperture(x, c, **p) - _np_origin_angle(x, y) - _np_cap_aperture(y, c, **p)
+
+
+def margin_targets_np(y, spec: dict[str, Any], *, c: float) -> tuple:
+    """The parts of :func:`membership_margin_np` that depend on the points ``y``
+    alone, for :func:`margin_to_targets_np`: one set of points tested against the
+    cones of many apexes computes them once (``cap``: the directions and the caps of
+    ``y``; ``ganea``: nothing)."""
+    p = _params(spec)
+    y = _np_points(y)
+    if spec["family"] == "ganea":
+        return (y,)
+    return (*_np_unit(y), _np_cap_aperture(y, float(c), **p))
+
+
+def margin_to_targets_np(x, targets: tuple, spec: dict[str, Any], *, c: float) -> np.ndarray:
+    """:func:`membership_margin_np` of ``x`` and the points ``y`` of ``targets =
+    margin_targets_np(y, spec, c=c)``: the same values, by the same operations."""
+    p = _params(spec)
+    x = _np_points(x)
+    c = float(c)
+    if spec["family"] == "ganea":
+        return _np_ganea_psi(x, c, p["K"]) - _np_ganea_angle(x, targets[0], c)
+    uy, zy, ty = targets
+    return _np_cap_aperture(x, c, **p) - _np_unit_angle(*_np_unit(x), uy, zy) - ty

@@ -250,6 +250,26 @@ def test_pairwise_membership_matches_broadcast_for_both_families():
         torch.testing.assert_close(torch.from_numpy(twin), bc, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("c", CURVATURES)
+def test_margins_to_prepared_targets_are_the_margins_bit_for_bit(c):
+    """margin_targets_np + margin_to_targets_np (the targets' parts computed once, for
+    many apexes) give exactly membership_margin_np's values, both families, with points
+    at the origin, near the boundary and equal to the apex among the targets."""
+    r = 1 / math.sqrt(c)
+    y = _unit(60, 5, 7) * torch.linspace(0.0, 0.999999, 60, dtype=torch.float64)[:, None] * r
+    x = _unit(12, 5, 8) * torch.linspace(0.0, 0.99, 12, dtype=torch.float64)[:, None] * r
+    y[3] = x[4]
+    for spec in (CAP, {"family": "ganea", "K": 0.1}):
+        targets = cones.margin_targets_np(y.numpy(), spec, c=c)
+        held = 0
+        for apex in x.numpy():
+            want = cones.membership_margin_np(apex, y.numpy(), spec, c=c)
+            got = cones.margin_to_targets_np(apex, targets, spec, c=c)
+            assert got.tobytes() == want.tobytes()
+            held += int((got >= 0).sum())
+        assert 0 < held < x.shape[0] * y.shape[0]  # inside and outside were both tested
+
+
 def test_cone_spec_format_and_parse():
     assert cones.format_cone(CAP) == "cone=cap theta0=2.5 beta=0.5"
     assert cones.parse_cone("# curvature=1.0 dim=10 cone=cap theta0=2.5 beta=0.5") == CAP
