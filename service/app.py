@@ -32,7 +32,7 @@ from .batching import MicroBatcher
 from .collections import Collections, Served
 from .deps import Services
 from .errors import ApiError
-from .fastpath import SearchFastPath
+from .fastpath import SearchFastPath, route_of
 from .imaging import EncodedPicture
 from .jobs import JobManager
 from .observability import Metrics, RequestMiddleware, setup_logging
@@ -166,6 +166,17 @@ def _freeze_gc() -> None:
     gc.freeze()
 
 
+def _serve_collection(services: Services, runtime: Runtime) -> Served:
+    """The workers of a collection opened, created or restored while the app runs,
+    its loaded objects frozen first as the default collection's are (a taxonomy of
+    all the WordNet nouns is hundreds of thousands of objects: every full collection
+    under load scanned them, pausing every request in flight), unless tests handed
+    in the runtime."""
+    if services.owns_runtime:
+        _freeze_gc()
+    return _served(services, runtime)
+
+
 def _load(services: Services) -> None:
     try:
         rt = open_runtime(services.settings)
@@ -206,7 +217,7 @@ def create_app(
         slot = services.slot  # the default collection's
         services.jobs = JobManager(slot.runtime, settings, metrics)
         services.collections = Collections(
-            settings, slot, lambda rt: _served(services, rt), jobs=services.jobs
+            settings, slot, lambda rt: _serve_collection(services, rt), jobs=services.jobs
         )
         metrics.items.set_function(lambda: _items(slot))
         if runtime is not None:
@@ -251,12 +262,17 @@ def create_app(
     for module in modules:
         app.include_router(module.router)
     # the same routes under /v1/collections/{collection}/ (service.collections)
-    app.include_router(collections.collection_routes([m.router for m in modules]))
+    per_collection = collections.collection_routes([m.router for m in modules])
+    app.include_router(per_collection)
     app.include_router(collections.router)
     app.include_router(snapshots.router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     if settings.search_fast_path:  # inside RequestMiddleware (added last: outermost)
-        routes = {r.path: r for r in search.router.routes if "POST" in r.methods}
+        routes = {
+            r.path: r
+            for r in (*search.router.routes, *per_collection.routes)
+            if "POST" in r.methods and route_of(r.path) is not None
+        }
         app.add_middleware(
             SearchFastPath,
             services=services,

@@ -1,5 +1,6 @@
 """A lean path for the hottest requests: ``POST /v1/search`` with a JSON body and
-``POST /v1/search/image`` with a small multipart upload.
+``POST /v1/search/image`` with a small multipart upload, and the same two under
+``/v1/collections/{collection}/`` (a collection or an alias).
 
 FastAPI's machinery around one search (routing over every route, the
 exception and exit-stack middleware, solving the dependency graph, reading and
@@ -19,8 +20,9 @@ or method, a body that is not a small JSON or multipart one, parameters that do
 not validate, a search or a picture that raises an error, ``disk: true``, or a
 service still loading. So every error answer is the route's own (the route runs
 the request again; searches have no side effects), and the fast path only ever
-answers 200s the route would have given. ``HYPSEARCH_SEARCH_FAST_PATH=0`` turns
-it off.
+answers 200s the route would have given. A collection's name that is not valid
+or names nothing, or a collection that is loading or failed, goes to the route
+too (its 404, 422 or 503). ``HYPSEARCH_SEARCH_FAST_PATH=0`` turns it off.
 """
 
 from __future__ import annotations
@@ -31,11 +33,16 @@ from pydantic import ValidationError
 from starlette.datastructures import UploadFile
 from starlette.requests import Request
 
+from .collections.names import valid_name
+from .errors import ApiError
 from .pipeline import answer_json, search_picture, search_request
 from .schemas import ImageSearchParams, SearchIn
 
 PATH = "/v1/search"
 IMAGE_PATH = "/v1/search/image"
+#: the collection routes' prefix (service.routes.collections.PREFIX), as paths start
+COLLECTIONS = "/v1/collections/"
+COLLECTION_ROUTE = "/v1/collections/{collection}"
 #: bodies up to this size take the fast path (a 4096-dimensional vector fits, and
 #: the pictures the model reads; larger uploads take the route, which decodes them
 #: in the thread pool)
@@ -85,6 +92,21 @@ def single_file_part(content_type: bytes, body: bytes) -> bytes | None:
     return part[head_end + 4 :]
 
 
+def route_of(path: str) -> tuple[str, str | None] | None:
+    """``(route template, collection name or None)`` of a search path: ``/v1/search``,
+    ``/v1/search/image`` or either under ``/v1/collections/{name}/`` (the name as
+    given: checked when its slot is looked up); ``None`` for any other path."""
+    if path in (PATH, IMAGE_PATH):
+        return path, None
+    if not path.startswith(COLLECTIONS):
+        return None
+    name, sep, rest = path[len(COLLECTIONS) :].partition("/")
+    tail = "/" + rest
+    if not sep or not name or tail not in (PATH[3:], IMAGE_PATH[3:]):
+        return None
+    return COLLECTION_ROUTE + tail, name
+
+
 def _headers(headers) -> tuple[bytes, int | None]:
     """(media type, content length) from the raw headers; no length when chunked."""
     media, length = b"", None
@@ -108,26 +130,25 @@ class SearchFastPath:
         self.app = app
         self.services = services
         self.max_body = min(MAX_BODY, max_body)
-        # path -> its APIRoute: scope["route"], as the router sets it (the metrics' label)
+        # route template -> its APIRoute: scope["route"], as the router sets it (the
+        # metrics' label)
         self.routes = routes or {}
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or scope["method"] != "POST":
+        got = route_of(scope["path"]) if scope["type"] == "http" else None
+        if got is None or scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
-        path = scope["path"]
-        if path == PATH:
+        template, name = got
+        if template.endswith(PATH[3:]):
             want, answer = b"application/json", self._search
-        elif path == IMAGE_PATH:
-            want, answer = b"multipart/form-data", self._image_search
         else:
-            await self.app(scope, receive, send)
-            return
+            want, answer = b"multipart/form-data", self._image_search
         media, length = _headers(scope["headers"])
         small = length is not None and length <= self.max_body
-        # a lease on the default collection (none while it loads or is being restored:
-        # the route waits then)
-        served = self.services.slot.try_acquire() if media == want and small else None
+        # a lease on the collection (none while it loads or is being restored: the
+        # route waits then)
+        served = self._lease(name) if media == want and small else None
         if served is None:
             await self.app(scope, receive, send)
             return
@@ -144,7 +165,7 @@ class SearchFastPath:
         if payload is None:
             await self.app(scope, _replay(body, receive), send)
             return
-        route = self.routes.get(path)
+        route = self.routes.get(template)
         if route is not None:
             scope["route"] = route  # RequestMiddleware labels its metrics with it
         await send(
@@ -158,6 +179,21 @@ class SearchFastPath:
             }
         )
         await send({"type": "http.response.body", "body": payload})
+
+    def _lease(self, name: str | None):
+        """A lease on the default collection (``name`` None) or on the one ``name``
+        names (an alias resolved), or ``None``: the route answers (a name that is not
+        valid or names nothing, a collection that is loading, failed or restoring)."""
+        if name is None:
+            return self.services.slot.try_acquire()
+        colls = self.services.collections
+        if colls is None or not valid_name(name):
+            return None
+        try:
+            slot = colls.slot(name)
+        except ApiError:
+            return None
+        return slot.try_acquire()
 
     async def _search(self, scope, body: bytes, served) -> bytes | None:
         """The JSON of the answer, or ``None`` to let the route answer; errors raise."""

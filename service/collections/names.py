@@ -17,8 +17,13 @@ def utc_now() -> str:
     return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def valid_name(name: str) -> bool:
+    """Whether ``name`` is a valid collection, alias or snapshot name."""
+    return isinstance(name, str) and _NAME.match(name) is not None
+
+
 def check_name(name: str, what: str = "name") -> str:
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not valid_name(name):
         raise ApiError(
             422, f"{what}: {name!r} is not a valid name (letters, digits, '_', '-'; 64 at most)"
         )

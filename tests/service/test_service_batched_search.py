@@ -309,6 +309,78 @@ def test_fast_path_under_concurrent_clients(rt):
     assert got == want
 
 
+TOYS = [["sneaker", "shoe"], ["boot", "shoe"], ["shoe", "thing"], ["bag", "thing"]]
+
+
+def _toys(c, dim: int) -> None:
+    """The collection ``toys`` (its own taxonomy, the same items every time) and the
+    alias ``play`` naming it."""
+    r = c.post("/v1/collections", json={"name": "toys", "space": f"poincare:{dim}",
+                                        "taxonomy": TOYS})  # fmt: skip
+    assert r.status_code == 201, r.text
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(40, dim))
+    x *= rng.uniform(0.1, 0.9, (40, 1)) / np.linalg.norm(x, axis=1, keepdims=True)
+    labels = ["sneaker", "boot", "shoe", "bag", "thing"]
+    items = [{"id": f"t{j}", "vector": v, "label": labels[j % 5]} for j, v in enumerate(x.tolist())]
+    assert c.post("/v1/collections/toys/items/batch", json={"items": items}).status_code == 200
+    assert c.put("/v1/aliases/play", json={"collection": "toys"}).status_code == 200
+
+
+def test_fast_path_answers_collection_searches_as_the_route(rt, tmp_path):
+    """``/v1/collections/{name}/search`` (a collection, an alias, the default one):
+    the fast path's answers are the route's, byte for byte; an unknown or invalid
+    name, and every error, are the route's own."""
+    dim = rt.dim
+    paths = ["toys", "play", "default", "nope", "-bad-", "toys/extra"]
+    bodies = [
+        {"label": "shoe", "k": 5},
+        {"label": "shoe", "k": 10, "mode": "hierarchical"},
+        {"label": "thing", "k": 4, "offset": 3},
+        {"vector": [0.1] * dim, "k": 3},
+        {"label": "nothing-like-this"},
+        {"label": "shoe", "k": 0},
+    ]
+    with (
+        app_client(rt, home=tmp_path / "fast") as fast,
+        app_client(rt, home=tmp_path / "slow", search_fast_path=False) as slow,
+    ):
+        _toys(fast, dim)
+        _toys(slow, dim)
+        for name in paths:
+            for body in bodies:
+                url = f"/v1/collections/{name}/search"
+                a, b = fast.post(url, json=body), slow.post(url, json=body)
+                assert (a.status_code, a.content) == (b.status_code, b.content), (url, body)
+        assert fast.post("/v1/collections/toys/search", json=bodies[0]).status_code == 200
+        assert fast.post("/v1/collections/nope/search", json=bodies[0]).status_code == 404
+
+
+def test_fast_path_answers_collection_searches_itself(rt, tmp_path):
+    """With the route's search dependency failing, a collection's search still answers
+    200 (the fast path), labelled in the metrics with the collection route."""
+    from service.deps import get_searcher
+    from service.errors import ApiError
+
+    async def broken():
+        raise ApiError(418, "the route answered")
+
+    with app_client(rt, home=tmp_path) as c:
+        _toys(c, rt.dim)
+        c.app.dependency_overrides[get_searcher] = broken
+        for name in ("toys", "play"):
+            r = c.post(f"/v1/collections/{name}/search", json={"label": "shoe", "k": 3})
+            assert r.status_code == 200 and len(r.json()["results"]) == 3
+        r = c.post("/v1/collections/toys/search", json={"label": "shoe", "disk": True})
+        assert r.status_code == 418
+        metrics = c.get("/metrics").text
+    count = (
+        'hypsearch_request_seconds_count{method="POST",'
+        'route="/v1/collections/{collection}/search",status="200"}'
+    )
+    assert f"{count} 2.0" in metrics
+
+
 # ---------------------------------------------------------------- the fast path for pictures
 
 
@@ -384,6 +456,12 @@ def test_image_fast_path_answers_what_the_route_answers(rt, pictures):
         a, b = up(fast, {}, field="picture"), up(slow, {}, field="picture")
         assert (a.status_code, a.content) == (b.status_code, b.content)
         assert a.status_code == 422
+        for name in ("default", "nope"):  # the same under the collection routes
+            url = f"/v1/collections/{name}/search/image"
+            files = {"file": ("q.png", pictures[7], "image/png")}
+            a = fast.post(url, params={"k": 4}, files=files)
+            b = slow.post(url, params={"k": 4}, files=files)
+            assert (a.status_code, a.content) == (b.status_code, b.content), url
     # the upload limit of the settings holds on the fast path too
     with app_client(rt, max_upload_bytes=100) as c:
         r = up(c, {})
@@ -404,6 +482,8 @@ def test_image_fast_path_answers_itself(rt, pictures):
         assert r.status_code == 200 and len(r.json()["results"]) == 4
         assert r.json()["query"]["label"] in rt.used_labels()
         assert c.post("/v1/search/image", params={"disk": True}, files=files).status_code == 418
+        r = c.post("/v1/collections/default/search/image", params={"k": 4}, files=files)
+        assert r.status_code == 200 and len(r.json()["results"]) == 4
         files = {"file": ("q.png", b"not a picture", "image/png")}
         assert c.post("/v1/search/image", files=files).status_code == 418
         metrics = c.get("/metrics").text
@@ -444,16 +524,27 @@ def test_an_app_that_loads_its_artifacts_freezes_them_for_the_gc(tmp_path_factor
     assert art.model_path is not None
     ix = write_index(art, tmp_path_factory.mktemp("frozen") / "ix", 50)
     gc.unfreeze()
-    settings = Settings(model=art.model_path, index=ix, log_json=False, log_level="WARNING")
+    home = tmp_path_factory.mktemp("frozen-home")
+    settings = Settings(
+        model=art.model_path, index=ix, home=home, log_json=False, log_level="WARNING"
+    )
     try:
         with TestClient(create_app(settings)) as c:
             deadline = time.monotonic() + 60
             while c.get("/readyz").status_code != 200:
                 assert time.monotonic() < deadline, c.get("/readyz").text
                 time.sleep(0.05)
-            assert gc.get_freeze_count() > 10_000
+            frozen = gc.get_freeze_count()
+            assert frozen > 10_000
             r = c.post("/v1/search", json={"label": "sneaker", "k": 3})
             assert r.status_code == 200 and len(r.json()["results"]) == 3
+            # a collection opened while the app runs: its objects are frozen too
+            r = c.post("/v1/collections", json={"name": "toys", "space": "poincare:4",
+                                                "taxonomy": TOYS})  # fmt: skip
+            assert r.status_code == 201, r.text
+            assert gc.get_freeze_count() > frozen
+            r = c.post("/v1/collections/toys/search", json={"label": "shoe", "k": 3})
+            assert r.status_code == 200
     finally:
         gc.unfreeze()
 
