@@ -237,12 +237,29 @@ def candidates(
         d = poincare_np.dist(q[None, :], table.vectors[slots[pos]], c=c)
         return list(zip(f[pos].tolist(), ids[pos].tolist(), d.tolist(), strict=True))
 
+    def rank_each(members: list[tuple[str, np.ndarray]], a: str) -> dict[str, list]:
+        """``rank(slots, want, True, a)`` of each ``(holder, slots)``, all at once."""
+        slots = np.concatenate([s for _, s in members])
+        grp = np.repeat(np.arange(len(members)), [len(s) for _, s in members])
+        f = np.clip(cones.firmness(a, table.vectors[slots]), 0.0, 1.0)
+        ids = id_arr[slots]
+        order = np.lexsort((ids, -f, grp))  # by holder, then as top_firm orders
+        first = np.searchsorted(grp[order], np.arange(len(members)))
+        keep = order[np.arange(len(order)) - first[grp[order]] < want]
+        d = poincare_np.dist(q[None, :], table.vectors[slots[keep]], c=c)
+        got: dict[str, list] = {h: [] for h, _ in members}
+        f, ids, d = f[keep].tolist(), ids[keep].tolist(), d.tolist()
+        for j, g in enumerate(grp[keep].tolist()):
+            got[members[g][0]].append((f[j], ids[j], d[j]))
+        return got
+
     hs = Holders(table, cones) if holders is None else holders
     sources = [(apex, ()), *((a, tuple(p)) for a, p in extra)]
     # only the labels that hold items matter: tested on their points alone
     held: set[str] = set()
     for a, _ in sources:
         held |= hs.held(a)
+    ranked_by: dict[str, list[tuple[str, np.ndarray]]] = {}  # source -> what it ranks
     for h in sorted(held):
         # the first source on the holder's cone chain ranks it (else the apex's own)
         chain = set(cones.chain(h)) if h in cones.row else {h}
@@ -253,7 +270,11 @@ def candidates(
         if len(slots):
             out.counts[h] = len(slots)
             out.paths[h] = prefix + path_below(cones, a, h)
-            out.held[h] = rank(slots, want, True, a)
+            ranked_by.setdefault(a, []).append((h, slots))
+    ranked = {}
+    for a, members in ranked_by.items():  # one firmness call per source
+        ranked |= rank_each(members, a)
+    out.held = {h: ranked[h] for h in out.counts}
     if outside:
         n = table.n_slots
         inside = np.zeros(len(hs.names) + 1, dtype=bool)  # by number; the last: no holder

@@ -200,6 +200,39 @@ def test_label_queries_from_the_prepared_holders_answer_as_the_slow_path(rt):
     _check_every_label(rt)
 
 
+def _extras_by_every_descendant(rt, label: str) -> tuple:
+    """BallRuntime.cone_extras by its definition, looking at every descendant: breadth
+    first (children by name), the descendants whose cone chain passes neither the
+    label nor an extra found before, each with its taxonomy path below the label."""
+    tops, out, seen = {label}, [], {label}
+    frontier = [(label, ())]
+    while frontier:
+        nxt = []
+        for node, path in frontier:
+            for ch in sorted(rt.taxonomy.children(node)):
+                if ch not in seen:
+                    seen.add(ch)
+                    if not tops.intersection(rt.cones.chain(ch)):
+                        tops.add(ch)
+                        out.append((ch, path + (ch,)))
+                    nxt.append((ch, path + (ch,)))
+        frontier = nxt
+    return tuple(out)
+
+
+def test_cone_extras_skip_closed_subtrees_and_find_every_extra(rt):
+    """cone_extras looks below the nodes whose subtrees are not closed only; it finds
+    what a look at every descendant finds, for every label (some of them have extras,
+    some several)."""
+    sizes = []
+    for label in rt.taxonomy.names:
+        want = _extras_by_every_descendant(rt, label)
+        assert rt.cone_extras(label) == want, label
+        sizes.append(len(want))
+    assert max(sizes) >= 2 and sum(n > 0 for n in sizes) >= 5
+    assert 0 < len(rt._open()) < len(rt.taxonomy) // 2  # some subtrees closed, some not
+
+
 def test_held_among_answers_held_by_on_its_names(rt):
     """HeldAmong over the index's holders, and over a few names with one that is no
     label: held_by(label) & names for every label, asked twice (the kept answer)."""
