@@ -354,6 +354,24 @@ def _stride(own: list, rest: list, share: float, want: int) -> list:
     return out
 
 
+def _order(cand: Candidates, tree: dict, below: dict, path: tuple[str, ...], want: int) -> list:
+    """Entries ``((firmness, id, distance), holder)`` under the node ``path``
+    (:func:`entailment_order`; ``below``: the items held under each node path)."""
+    node = path[-1] if path else cand.apex
+    lists = [_order(cand, tree, below, path + (ch,), want) for ch in sorted(tree.get(path, ()))]
+    if path:
+        own_h = [node] if cand.paths.get(node) == path else []
+    else:  # the apex's own: its items, and any held without it on their chain
+        own_h = [h for h, p in cand.paths.items() if not p]
+    own = sorted(
+        [(t, h) for h in own_h for t in cand.held.get(h, [])],
+        key=lambda e: _by_firmness(e[0]),
+    )[:want]
+    n_own = sum(cand.counts[h] for h in own_h)
+    rest = _round_robin([v for v in lists if v], want)
+    return _stride(own, rest, n_own / max(1, below.get(path, 0)), want)
+
+
 def entailment_order(
     cand: Candidates, want: int, *, spread: bool = True, branch: str | None = None
 ) -> list[EntailmentHit]:
@@ -361,31 +379,17 @@ def entailment_order(
     ``spread=False``: the held items by firmness alone (no round robin);
     ``branch``: only the items under that child of the apex (no outside items)."""
     tree: dict[tuple[str, ...], set[str]] = {}  # node path -> child names
-    for path in cand.paths.values():
+    below: dict[tuple[str, ...], int] = {}  # node path -> the items held under it
+    for h, path in cand.paths.items():
         for j in range(len(path)):
             tree.setdefault(path[:j], set()).add(path[j])
-
-    def order(path: tuple[str, ...]) -> list:
-        """Entries ``((firmness, id, distance), holder)`` under the node ``path``."""
-        node = path[-1] if path else cand.apex
-        lists = [order(path + (ch,)) for ch in sorted(tree.get(path, ()))]
-        if path:
-            own_h = [node] if cand.paths.get(node) == path else []
-        else:  # the apex's own: its items, and any held without it on their chain
-            own_h = [h for h, p in cand.paths.items() if not p]
-        own = sorted(
-            [(t, h) for h in own_h for t in cand.held.get(h, [])],
-            key=lambda e: _by_firmness(e[0]),
-        )[:want]
-        n_own = sum(cand.counts[h] for h in own_h)
-        n_all = sum(n for h, n in cand.counts.items() if cand.paths[h][: len(path)] == path)
-        rest = _round_robin([v for v in lists if v], want)
-        return _stride(own, rest, n_own / max(1, n_all), want)
-
+        for j in range(len(path) + 1):
+            below[path[:j]] = below.get(path[:j], 0) + cand.counts[h]
     if branch is not None:
-        entries = order((branch,)) if (branch,) in tree or branch in cand.held else []
+        known = (branch,) in tree or branch in cand.held
+        entries = _order(cand, tree, below, (branch,), want) if known else []
     elif spread:
-        entries = order(())
+        entries = _order(cand, tree, below, (), want)
     else:
         entries = [(t, h) for h, v in cand.held.items() for t in v]
         entries.sort(key=lambda e: _by_firmness(e[0]))

@@ -145,6 +145,42 @@ def _slow_candidates(ix, cones, apex: str, q: np.ndarray, want: int, extra) -> C
     return out
 
 
+def _slow_order(cand: Candidates, want: int, branch: str | None = None) -> list:
+    """entailment_order as it was written first (each node's item count summed over
+    every holder): the round robin over branches, each node's own items at their share."""
+    from indexing.entailment import EntailmentHit, _round_robin, _stride
+
+    tree: dict[tuple[str, ...], set[str]] = {}
+    for path in cand.paths.values():
+        for j in range(len(path)):
+            tree.setdefault(path[:j], set()).add(path[j])
+
+    def order(path: tuple[str, ...]) -> list:
+        node = path[-1] if path else cand.apex
+        lists = [order(path + (ch,)) for ch in sorted(tree.get(path, ()))]
+        if path:
+            own_h = [node] if cand.paths.get(node) == path else []
+        else:
+            own_h = [h for h, p in cand.paths.items() if not p]
+        own = sorted(
+            [(t, h) for h in own_h for t in cand.held.get(h, [])], key=lambda e: (-e[0][0], e[0][1])
+        )[:want]
+        n_own = sum(cand.counts[h] for h in own_h)
+        n_all = sum(n for h, n in cand.counts.items() if cand.paths[h][: len(path)] == path)
+        return _stride(
+            own, _round_robin([v for v in lists if v], want), n_own / max(1, n_all), want
+        )
+
+    if branch is not None:
+        entries = order((branch,)) if (branch,) in tree or branch in cand.held else []
+    else:
+        entries = order(())
+    hits = [EntailmentHit(i, d, f, cand.branch(h)) for (f, i, d), h in entries]
+    if len(hits) < want and branch is None:
+        hits += [EntailmentHit(i, d, f, None) for f, i, d, _ in cand.outside[: want - len(hits)]]
+    return hits
+
+
 @pytest.fixture(scope="module")
 def rt(tmp_path_factory):
     emb = _labels()
@@ -176,7 +212,10 @@ def _check_every_label(rt) -> dict[str, int]:
                 if fast.n_held < want:
                     assert fast.n_outside == slow.n_outside, label
                     assert fast.outside == slow.outside[:want], label
-                assert entailment_order(fast, want) == entailment_order(slow, want), label
+                assert entailment_order(fast, want) == _slow_order(slow, want), label
+                for child in {fast.branch(h) for h in fast.counts}:  # group_by children
+                    got = entailment_order(fast, want, branch=child)
+                    assert got == _slow_order(slow, want, branch=child), (label, child)
             seen["outside tiers"] += len({e[3] for e in slow.outside[:want]}) > 1
             chain = rt.chain(label, "cone")
             kept = ix.search_hierarchical(q, chain, rt.cones.held_by, want, firmness=True)
