@@ -98,6 +98,7 @@ from .graph_params import (
     check_params,
     construction_default,
     default_ef,
+    degree_default,
 )
 from .graph_threads import (
     MIN_CHUNK,
@@ -131,6 +132,8 @@ class GraphBackend(CalibrationMixin, Backend):
         self._ball = isinstance(space, PoincareIndexSpace)
         if "ef_construction" not in self._given:
             self._p["ef_construction"] = construction_default(space.dim, product=not self._ball)
+        if "R" not in self._given:
+            self._p["R"] = degree_default(space.dim, product=not self._ball)
         K = _kernels()
         self._table = space.kernel_table()
         self._met = K.metric(self._ball, self._table)
@@ -169,7 +172,11 @@ class GraphBackend(CalibrationMixin, Backend):
     def _tune_for_depth(self) -> None:
         """:data:`DEEP_DEFAULTS` on deep data, the plain defaults otherwise (the
         parameters given to the constructor stay as given)."""
-        plain = {"ef_construction": construction_default(self.space.dim, product=not self._ball)}
+        product = not self._ball
+        plain = {
+            "ef_construction": construction_default(self.space.dim, product=product),
+            "R": degree_default(self.space.dim, product=product),
+        }
         for key, value in DEEP_DEFAULTS.items():
             if key not in self._given:
                 self._p[key] = value if self._deep_tuned() else plain.get(key, DEFAULTS[key])

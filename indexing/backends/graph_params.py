@@ -55,6 +55,12 @@ DEEP_DEFAULTS: dict[str, int] = {"R": 48, "min_degree": 16, "ef_construction": 9
 #: with 48: 0.986 at ef 512; :data:`DEEP_DEFAULTS`)
 NARROW_DIM, WIDE_DIM = 20, 40
 NARROW_EF_CONSTRUCTION, WIDE_EF_CONSTRUCTION = 48, 128
+#: the graph's degree ``R`` above ``WIDE_DIM`` in the ball (:func:`degree_default`):
+#: tuned on seed 1 of the 200,000 x 64-d cloud (benchmarks/tune_graph.py), where
+#: R = 32 built a graph that reached recall@10 0.9832 at the widest calibrated
+#: beam (512) and R = 48 one that reaches 0.9983 at ef 128 (calibrated: 64), the
+#: build 85 s against 73 s (benchmarks/results/tune_graph-wide.md)
+WIDE_R = 48
 _INT_PARAMS = ("R", "ef_construction", "max_batch", "n_entries")
 #: the beam widths the calibration tries, smallest first; none below 16: on a
 #: 5,000-point cloud a width of 8 passed the calibration yet missed 4 of 50
@@ -105,6 +111,14 @@ def construction_default(dim: int, *, product: bool = False) -> int:
     if dim <= NARROW_DIM and not product:
         return NARROW_EF_CONSTRUCTION
     return DEFAULTS["ef_construction"]
+
+
+def degree_default(dim: int, *, product: bool = False) -> int:
+    """The degree ``R`` a graph of dimension ``dim`` builds with unless given
+    (:data:`WIDE_R` above ``WIDE_DIM`` in the ball; deep data: :data:`DEEP_DEFAULTS`)."""
+    if dim > WIDE_DIM and not product:
+        return WIDE_R
+    return DEFAULTS["R"]
 
 
 def check_params(space: IndexSpace, params: dict[str, Any]) -> dict[str, Any]:
