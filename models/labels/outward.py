@@ -134,6 +134,17 @@ def _ratios(want, scale, x0):
     return (lo + hi) / 2
 
 
+def _working_copy(dirs, rho, tree, order, tin):
+    """Copies of ``dirs`` and ``rho`` (float64) to move, the number of nodes, the nodes
+    in Euler-tour order and each node's depth in the spanning ``tree``."""
+    n = len(tree)
+    depth = np.zeros(n, dtype=np.int64)
+    for i in order:
+        if tree[i] >= 0:
+            depth[i] = depth[tree[i]] + 1
+    return dirs.copy(), rho.astype(np.float64).copy(), n, np.argsort(tin), depth
+
+
 def push_outward(
     dirs: np.ndarray,
     rho: np.ndarray,
@@ -165,13 +176,7 @@ def push_outward(
     """
     if not 0 <= toward < 1:
         raise ValueError(f"toward must be in [0, 1), got {toward}")
-    dirs, rho = dirs.copy(), rho.astype(np.float64).copy()
-    n = len(tree)
-    by_tin = np.argsort(tin)
-    depth = np.zeros(n, dtype=np.int64)
-    for i in order:
-        if tree[i] >= 0:
-            depth[i] = depth[tree[i]] + 1
+    dirs, rho, n, by_tin, depth = _working_copy(dirs, rho, tree, order, tin)
     start = rho.copy()
     moved = 0
     off = np.zeros((0, 2), dtype=np.int64) if off is None else off
@@ -271,13 +276,7 @@ def widen_open(
     ``max_radius`` the share is cut (by 0.7 at a time).
     Returns new directions, radii and ``{"widened"}``.
     """
-    dirs, rho = dirs.copy(), rho.astype(np.float64).copy()
-    n = len(tree)
-    by_tin = np.argsort(tin)
-    depth = np.zeros(n, dtype=np.int64)
-    for i in order:
-        if tree[i] >= 0:
-            depth[i] = depth[tree[i]] + 1
+    dirs, rho, n, by_tin, depth = _working_copy(dirs, rho, tree, order, tin)
     has_open = np.zeros(n, dtype=bool)
     kid = np.flatnonzero((tree >= 0) & (crossing > 0))
     has_open[tree[kid]] = True

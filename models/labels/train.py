@@ -228,6 +228,16 @@ def _cone_epoch(theta, edges, edge_set, cfg, gen, progress, state):
     return total / max(len(edges), 1)
 
 
+def _options(cfg: LabelTrainConfig, prefix: str) -> dict[str, Any]:
+    """The config's fields named ``prefix + name`` as ``{name: value}`` (``cap_margin``
+    -> ``margin``): the keywords of the start they configure."""
+    return {
+        f.name.removeprefix(prefix): getattr(cfg, f.name)
+        for f in dataclasses.fields(cfg)
+        if f.name.startswith(prefix)
+    }
+
+
 def train_labels(
     taxonomy: Taxonomy,
     config: LabelTrainConfig | None = None,
@@ -277,26 +287,14 @@ def train_labels(
                 curvature=cfg.curvature,
                 theta0=cfg.cone_theta0,
                 beta=cfg.cone_beta,
-                separation=cfg.cap_separation,
-                margin=cfg.cap_margin,
-                min_step=cfg.cap_min_step,
                 seed=cfg.seed,
-                layout=cfg.cap_layout,
-                folds=cfg.cap_folds,
-                outward=cfg.cap_outward,
-                max_radius=cfg.cap_max_radius,
+                **_options(cfg, "cap_"),
             )
             theta = placed.points
             construction = placed.info
         elif cfg.init == "hierarchical":
             theta = hierarchical_start(
-                taxonomy,
-                cfg.dim,
-                curvature=cfg.curvature,
-                step=cfg.init_step,
-                spread=cfg.init_spread,
-                decay=cfg.init_decay,
-                seed=cfg.seed,
+                taxonomy, cfg.dim, curvature=cfg.curvature, seed=cfg.seed, **_options(cfg, "init_")
             )
         else:
             gen = torch.Generator().manual_seed(cfg.seed)
