@@ -12,9 +12,9 @@ from indexing import HyperbolicIndex
 from models.geometry import cones as mcones
 from models.geometry import poincare_np
 from models.labels import LabelEmbedding
-from models.labels.construct import cap_construction
 from models.taxonomy.graph import Taxonomy
 from service.runtime import Runtime, runtime_for
+from tests.support.cones import cap_labels
 from tests.support.server import app_client
 
 EDGES = [  # child, parent (a tree)
@@ -32,16 +32,7 @@ DIM = 4
 
 
 def _labels() -> LabelEmbedding:
-    tax = Taxonomy.from_edges(EDGES)
-    placed = cap_construction(tax, DIM, theta0=SPEC["theta0"], beta=SPEC["beta"], seed=1)
-    emb = LabelEmbedding(
-        tax,
-        placed.points,
-        1.0,
-        config={"init": "cap", "cone_theta0": SPEC["theta0"], "cone_beta": SPEC["beta"]},
-    )
-    emb.cone = dict(SPEC)  # the checkpoint's cone field (older checkpoints: from config)
-    return emb
+    return cap_labels(Taxonomy.from_edges(EDGES), DIM, seed=1)
 
 
 LABELS = _labels()

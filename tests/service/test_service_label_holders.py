@@ -18,9 +18,9 @@ from indexing.entailment import Candidates, entailment_order, path_below
 from models.geometry import cones as mcones
 from models.geometry import poincare_np
 from models.labels import LabelEmbedding
-from models.labels.construct import cap_construction
 from models.taxonomy.graph import Taxonomy
 from service.runtime import runtime_for
+from tests.support.cones import cap_labels
 
 SPEC = mcones.cone_spec("cap", theta0=2.5, beta=0.5)
 DIM = 5
@@ -53,16 +53,7 @@ def _taxonomy(n: int = 160, seconds: int = 24, seed: int = 3) -> Taxonomy:
 
 
 def _labels() -> LabelEmbedding:
-    tax = _taxonomy()
-    placed = cap_construction(tax, DIM, theta0=SPEC["theta0"], beta=SPEC["beta"], seed=2)
-    emb = LabelEmbedding(
-        tax,
-        placed.points,
-        1.0,
-        config={"init": "cap", "cone_theta0": SPEC["theta0"], "cone_beta": SPEC["beta"]},
-    )
-    emb.cone = dict(SPEC)
-    return emb
+    return cap_labels(_taxonomy(), DIM, seed=2)
 
 
 def _items(emb: LabelEmbedding, n: int, seed: int) -> tuple[list[str], np.ndarray, list]:
