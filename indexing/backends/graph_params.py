@@ -81,26 +81,25 @@ CALIBRATION_MARGIN = 0.003
 
 def default_ef(dim: int, n: int, *, deep: bool = False, product: bool = False) -> int:
     """The beam width a search uses when neither the call nor the parameters set
-    one, for ``n`` items of dimension ``dim`` (``deep``: ball data deep enough
-    for float64 coordinates, such as label embeddings; ``product``: a product
-    space): the smallest that
-    reached recall@10 >= 0.99 on the benchmark datasets of that size; a bigger graph
-    needs a wider beam. Tuned on seed 1 of the benchmark's generators where
-    benchmarks/tune_graph.py has run (benchmarks/results/tune_graph.md: the 16-d
-    cloud at 200,000), the other entries on the seed ``benchmarks/ann.py``
-    measures (benchmarks/results/ann.md)."""
+    one (before a calibration: a graph under ``CALIBRATION_MIN_NODES`` items, or
+    ``target_recall=0``), for ``n`` items of dimension ``dim`` (``deep``: ball
+    data deep enough for float64 coordinates, such as label embeddings;
+    ``product``: a product space): the narrowest width of :data:`EF_LADDER` that
+    reached recall@10 >= 0.99 on data ``benchmarks/ann.py`` does not measure
+    (``benchmarks/tune_graph.py``, seed 1: benchmarks/results/tune_graph.md,
+    tune_graph-more.md, tune_graph-wide.md); a bigger graph needs a wider beam."""
     big = n > 300_000
-    if product and n > 100_000:  # poincare:8,sphere:4,euclidean:4 at 200,000: 0.9923 at 48
-        return 64
-    if deep:  # WordNet nouns: 0.9937 at ef 96 on 30,000; 0.9908 at ef 192 on all 82,115
-        return 96 if n <= 50_000 else 192
-    if dim <= 20:  # 200,000 x 16-d, seed 1: 0.9935 at 48 (tune_graph.md)
+    if product and n > 100_000:  # mixed curvature, 200,000: 0.9905 at 48
+        return 48
+    if deep:  # WordNet nouns, other queries: 0.9920 at 32 on 30,000; 0.9900 at 128 on 82,115
+        return 32 if n <= 50_000 else 128
+    if dim <= 20:  # 16-d cloud: 0.9935 at 48 on 200,000; 0.9912 at 64 on 1,000,000
         return 64 if big else 48
-    if dim <= 40:
+    if dim <= 40:  # the 32-d tree at 200,000 needed only 16; no 32-d cloud tuned yet
         return 96 if big else 64
-    if big:
+    if big:  # not tuned: no cloud above 40-d with more than 300,000 points
         return 256
-    return 192 if n > 100_000 else 128  # 64-d cloud at 200,000: 0.9861 at 128, 0.9901 at 192
+    return 64  # 64-d cloud, R 48, 200,000: 0.9931 at 64
 
 
 def construction_default(dim: int, *, product: bool = False) -> int:
