@@ -44,7 +44,7 @@ The placement, node by node from the roots down (a spanning tree of the DAG):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -315,6 +315,10 @@ class CapPlacement:
     radius: np.ndarray  # hyperbolic radius of each node (curvature units)
     tree_parent: np.ndarray  # -1 for roots
     info: dict = field(default_factory=dict)
+    # the cap family the caps were made for: theta(x) = theta0 exp(-beta rho(x)), and c
+    theta0: float = 2.5
+    beta: float = 0.5
+    curvature: float = 1.0
 
 
 def _assign(score: np.ndarray) -> np.ndarray:
@@ -580,12 +584,11 @@ def cap_construction(
         "layout": layout,
         "folds": folds,
     }
-    placed = CapPlacement(points=points, radius=rho, tree_parent=tree, info=info)
+    placed = CapPlacement(points, rho, tree, info, theta0, beta, curvature)
     if outward > 0:
         placed = moved_outward(
-            taxonomy, placed, outward=outward, max_radius=max_radius,
-            theta0=theta0, beta=beta, curvature=curvature, toward=toward, widen=widen,
-        )  # fmt: skip
+            taxonomy, placed, outward=outward, max_radius=max_radius, toward=toward, widen=widen
+        )
     return placed
 
 
@@ -595,9 +598,6 @@ def moved_outward(
     *,
     outward: float,
     max_radius: float = 32.0,
-    theta0: float = 2.5,
-    beta: float = 0.5,
-    curvature: float = 1.0,
     toward: float = 0.98,
     widen: float = 0.6,
 ) -> CapPlacement:
@@ -619,18 +619,18 @@ def moved_outward(
     dirs = x / np.maximum(nrm, 1e-300)[:, None]
     dirs, rho, wide = widen_open(
         dirs, placed.radius, tree, order, crossing, tin, tout,
-        theta0=theta0, beta=beta, share=widen, max_radius=max_radius,
+        theta0=placed.theta0, beta=placed.beta, share=widen, max_radius=max_radius,
     )  # fmt: skip
     dirs, rho, moved = push_outward(
         dirs, rho, tree, order, crossing == 0, tin, tout,
-        theta0=theta0, beta=beta, room=outward, max_radius=max_radius,
+        theta0=placed.theta0, beta=placed.beta, room=outward, max_radius=max_radius,
         off=off, toward=toward,
     )  # fmt: skip
-    norm = np.tanh(rho / 2) / math.sqrt(curvature)
+    norm = np.tanh(rho / 2) / math.sqrt(placed.curvature)
     info = dict(placed.info, max_radius=float(rho.max()) if len(rho) else 0.0, outward=outward)
     info.update(outward_moved=moved["moved"], outward_mean_push=moved["mean_push"])
     info.update(outward_toward=toward, outward_widen=widen, outward_widened=wide["widened"])
-    return CapPlacement(torch.from_numpy(dirs * norm[:, None]), rho, tree, info)
+    return replace(placed, points=torch.from_numpy(dirs * norm[:, None]), radius=rho, info=info)
 
 
 def _top_down(tree: np.ndarray) -> list[int]:
