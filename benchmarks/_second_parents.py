@@ -55,15 +55,18 @@ def replace_leaves(
     tree: np.ndarray,
     *,
     max_subtree: int = 0,
-    theta0: float = 2.5,
-    beta: float = 0.5,
     separation: float = 1.1,
     margin: float = 0.02,
     seed: int = 0,
 ):
     """Returns (points, tree, info): info has ``tried``, ``moved``, ``rank_gain`` and
-    ``pairs_lost`` (closure pairs the tree held before and not after)."""
+    ``pairs_lost`` (closure pairs the tree held before and not after). The caps are
+    the default cap family's (``models.geometry.cones.cone_spec("cap")``)."""
+    from models.geometry.cones import cone_spec
     from models.labels.construct import _min_angle, _ratio, _tangent_basis, spherical_code
+
+    cap = cone_spec("cap")
+    theta0, beta = cap["theta0"], cap["beta"]
 
     n = len(tax)
     pts = points.copy()
