@@ -122,19 +122,12 @@ async def search_picture(
     return await _run(searcher, query)
 
 
+#: the fields of a searching.Hit that an answer's hit carries (with its extra fields)
+_HIT_FIELDS = ("id", "score", "distance", "label", "level", "via")
+
+
 def _hits_out(hits) -> list[HitOut]:
-    return [
-        HitOut(
-            id=h.id,
-            score=h.score,
-            distance=h.distance,
-            label=h.label,
-            level=h.level,
-            via=h.via,
-            **(h.extra or {}),
-        )
-        for h in hits
-    ]
+    return [HitOut(**{f: getattr(h, f) for f in _HIT_FIELDS}, **(h.extra or {})) for h in hits]
 
 
 def answer_json(rt: Runtime, ans: Answer, disk: bool = False) -> bytes:
