@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from .filters import Filter
     from .index import Item
 
-__all__ = ["Index"]
+__all__ = ["Index", "run_calls"]
 
 
 @runtime_checkable
@@ -187,3 +187,20 @@ class Index(Protocol):
     def __enter__(self) -> Index: ...
 
     def __exit__(self, *exc) -> None: ...
+
+
+def run_calls(index: Index, calls: Sequence[tuple[str, tuple, dict]]) -> list:
+    """The answers of several calls ``(method, args, kwargs)`` of ``index``, each what
+    the call returns or the exception it raises (no call's failure reaches another).
+    An index that makes them together (:meth:`indexing.sharded.ShardedIndex.run_calls`:
+    the searches of a batch in one call per shard) does; any other makes them in turn."""
+    together = getattr(index, "run_calls", None)
+    if together is not None:
+        return together(calls)
+    out: list = []
+    for method, args, kwargs in calls:
+        try:
+            out.append(getattr(index, method)(*args, **kwargs))
+        except Exception as e:  # noqa: BLE001 - that call's answer
+            out.append(e)
+    return out

@@ -92,6 +92,9 @@ from .validation import (
     check_str_set,
 )
 
+#: the searches :meth:`ShardedIndex.run_calls` sends in one call per shard
+_PLANNED = ("search", "search_hierarchical", "search_entailment", "entailment_candidates")
+
 __all__ = [
     "SHARDS_FILE",
     "ShardServer",
@@ -180,6 +183,8 @@ class ShardedIndex:
             self._shards = LocalShards([ShardServer(*a) for a in args])
         self._ray = ray
         self._fail_fast = bool(fail_fast)
+        self._cones: LabelCones | None = None  # the cones set here (set_cones), and their
+        self._cones_fp = ""  # fingerprint: the shards' own levels are asked by it
         self._closed = False
 
     @staticmethod
@@ -320,6 +325,7 @@ class ShardedIndex:
 
     def set_cones(self, cones: LabelCones | None) -> None:
         self._all("call", "set_cones", cones)
+        self._cones, self._cones_fp = cones, "" if cones is None else cones.fingerprint()
 
     @property
     def cones(self) -> LabelCones | None:
@@ -364,9 +370,7 @@ class ShardedIndex:
     def get(self, item_id: str) -> Item | None:
         if not isinstance(item_id, str):
             raise IndexInputError(f"id: expected str, got {type(item_id).__name__}")
-        return self._run(
-            [(shard_of(item_id, self._n), "call", ("get", item_id), {})], read=True
-        )[0]
+        return self._run([(shard_of(item_id, self._n), "call", ("get", item_id), {})], read=True)[0]
 
     def get_many(self, ids: Sequence[str], *, vectors: bool = True) -> list[Item]:
         """The stored items among ``ids``, in that order (absent ids left out), one
@@ -438,21 +442,11 @@ class ShardedIndex:
     ) -> tuple[np.ndarray, np.ndarray]:
         """Every shard's ``k`` nearest (same filters: ``filter_ids``, ``labels``,
         ``under``, ``where``), merged by exact distance (then id)."""
-        q = self._space.as_points(queries, "queries", allow_1d=True)
-        k = check_pos_int(k, "k")
-        filters = self._filters(filter_ids=filter_ids, labels=labels, under=under, where=where)
-        if ef is not None:
-            filters["ef"] = check_pos_int(ef, "ef")
-        parts = self._read_all("call", "search", q, k, **filters)
-        ids = np.concatenate([p[0] for p in parts], axis=1)
-        dists = np.concatenate([p[1] for p in parts], axis=1)
-        width = min(k, ids.shape[1])
-        out_i = np.empty((len(q), width), dtype=ids.dtype)
-        out_d = np.empty((len(q), width), dtype=np.float64)
-        for r in range(len(q)):
-            order = np.lexsort((ids[r], dists[r]))[:width]
-            out_i[r], out_d[r] = ids[r][order], dists[r][order]
-        return out_i, out_d
+        return self._fan(
+            self._plan_search(
+                queries, k, filter_ids=filter_ids, labels=labels, under=under, ef=ef, where=where
+            )
+        )
 
     def search_hierarchical(
         self,
@@ -470,34 +464,16 @@ class ShardedIndex:
     ) -> list[HierarchicalHit]:
         """Every shard's first ``offset + k`` hits in (level, distance) order (or
         (level, firmness) with ``firmness``), merged (then by id); ``[offset,
-        offset + k)`` of that order."""
-        q = self._space.as_points(query, "query", allow_1d=True)
-        if len(q) != 1:
-            raise IndexInputError(f"query: expected one vector, got {len(q)}")
-        k = check_pos_int(k, "k")
-        offset = check_pos_int(offset, "offset", 0)
-        options: dict[str, Any] = {"by": by, **self._filters(labels=labels, where=where)}
-        if ef is not None:
-            options["ef"] = check_pos_int(ef, "ef")
-        if firmness:
-            options["firmness"] = True
-        table: dict[str, frozenset[str]] = {}
-
-        def record(label: str):
-            if label not in table:
-                table[label] = frozenset(descendants_of(label))
-            return table[label]
-
-        chain, _ = chain_levels(chain, record)  # checks the chain (IndexInputError)
-        parts = self._read_all(
-            "call", "search_hierarchical", q, chain, _Descendants(table), offset + k, 0, **options
-        )
-        hits = [h for part in parts for h in part]
-        if options.get("firmness"):
-            hits.sort(key=lambda h: (h.level, -(h.firmness or 0.0), h.id))
-        else:
-            hits.sort(key=lambda h: (h.level, h.distance, h.id))
-        return hits[offset : offset + k]
+        offset + k)`` of that order. Levels by the cones set with :meth:`set_cones`
+        (``descendants_of`` their ``held_by``) are each shard's own (kept there until
+        it changes); any other ``descendants_of`` travels as a table of the chain's
+        labels."""
+        return self._fan(
+            self._plan_search_hierarchical(
+                query, chain, descendants_of, k, offset,
+                ef=ef, by=by, labels=labels, where=where, firmness=firmness,
+            )
+        )  # fmt: skip
 
     def entailment_candidates(
         self,
@@ -512,13 +488,10 @@ class ShardedIndex:
         """Every shard's candidates merged (:func:`indexing.entailment.merge_candidates`):
         the candidates of one index over all the items (a shard ranks its outside
         items whenever it holds fewer than ``want``, so whenever all do)."""
-        q = self._space.as_points(query, "query", allow_1d=True)
-        want = check_pos_int(want, "want")
-        filters = self._filters(labels=labels, where=where)
-        if extra:
-            filters["extra"] = [(str(a), list(b)) for a, b in extra]
-        parts = self._read_all("call", "entailment_candidates", apex, q, want, **filters)
-        return merge_candidates(parts, want)
+        return self._fan(
+            self._plan_entailment_candidates(apex, query, want, labels=labels, where=where,
+                                             extra=extra)
+        )  # fmt: skip
 
     def search_entailment(
         self,
@@ -533,12 +506,131 @@ class ShardedIndex:
         extra: Sequence[tuple[str, Sequence[str]]] = (),
     ) -> list[EntailmentHit]:
         """:meth:`indexing.HyperbolicIndex.search_entailment` over every shard's items."""
+        return self._fan(
+            self._plan_search_entailment(
+                apex, query, k, offset, spread=spread, labels=labels, where=where, extra=extra
+            )
+        )
+
+    def run_calls(self, calls: Sequence[tuple[str, tuple, dict]]) -> list:
+        """The answers of several calls ``(method, args, kwargs)`` of this index, each
+        what the call returns or the exception it raises: the searches (``search``,
+        ``search_hierarchical``, ``search_entailment``, ``entailment_candidates``) all
+        in one call per shard (a service's micro-batch: one Ray round trip a shard, not
+        one a query), any other method one by one. A shard that is down is every
+        search's answer (:class:`ShardUnavailableError`)."""
+        out: list[Any] = [None] * len(calls)
+        plans: list[tuple[int, tuple, Callable]] = []
+        for j, (method, args, kwargs) in enumerate(calls):
+            try:
+                if method in _PLANNED:
+                    plans.append((j, *getattr(self, f"_plan_{method}")(*args, **kwargs)))
+                else:
+                    out[j] = getattr(self, method)(*args, **kwargs)
+            except Exception as e:  # noqa: BLE001 - that call's answer
+                out[j] = e
+        if not plans:
+            return out
+        try:
+            per_shard = self._read_all("many", [call for _, call, _ in plans])
+        except ShardUnavailableError as e:
+            for j, _, _ in plans:
+                out[j] = e
+            return out
+        for t, (j, _, merge) in enumerate(plans):
+            parts = [answers[t] for answers in per_shard]
+            failed = [v for ok, v in parts if not ok]
+            try:
+                out[j] = failed[0] if failed else merge([v for _, v in parts])
+            except Exception as e:  # noqa: BLE001 - that call's answer
+                out[j] = e
+        return out
+
+    # -- plans: (the call every shard gets, the merge of their answers) ----------------
+    def _fan(self, plan: tuple[tuple, Callable]):
+        (method, args, kwargs), merge = plan
+        return merge(self._read_all(method, *args, **kwargs))
+
+    def _plan_search(self, queries, k=10, *, ef=None, **given) -> tuple[tuple, Callable]:
+        q = self._space.as_points(queries, "queries", allow_1d=True)
+        k = check_pos_int(k, "k")
+        filters = self._filters(**given)
+        if ef is not None:
+            filters["ef"] = check_pos_int(ef, "ef")
+
+        def merge(parts):
+            ids = np.concatenate([p[0] for p in parts], axis=1)
+            dists = np.concatenate([p[1] for p in parts], axis=1)
+            width = min(k, ids.shape[1])
+            out_i = np.empty((len(q), width), dtype=ids.dtype)
+            out_d = np.empty((len(q), width), dtype=np.float64)
+            for r in range(len(q)):
+                order = np.lexsort((ids[r], dists[r]))[:width]
+                out_i[r], out_d[r] = ids[r][order], dists[r][order]
+            return out_i, out_d
+
+        return ("call", ("search", q, k), filters), merge
+
+    def _plan_search_hierarchical(
+        self, query, chain, descendants_of, k=10, offset=0, *, ef=None, by="holder",
+        labels=None, where=None, firmness=False,
+    ) -> tuple[tuple, Callable]:  # fmt: skip
+        q = self._space.as_points(query, "query", allow_1d=True)
+        if len(q) != 1:
+            raise IndexInputError(f"query: expected one vector, got {len(q)}")
         k = check_pos_int(k, "k")
         offset = check_pos_int(offset, "offset", 0)
-        cand = self.entailment_candidates(
-            apex, query, offset + k, labels=labels, where=where, extra=extra
-        )
-        return entailment_order(cand, offset + k, spread=spread)[offset:]
+        options: dict[str, Any] = {"by": by, **self._filters(labels=labels, where=where)}
+        if ef is not None:
+            options["ef"] = check_pos_int(ef, "ef")
+        if firmness:
+            options["firmness"] = True
+        own = self._cones is not None and getattr(descendants_of, "__self__", None) is self._cones
+        if own and getattr(descendants_of, "__func__", None) is LabelCones.held_by:
+            chain, _ = chain_levels(chain, lambda _: ())  # checks the chain (IndexInputError)
+            call = ("own_levels", (q, chain, self._cones_fp, offset + k, 0), options)
+        else:
+            table: dict[str, frozenset[str]] = {}
+
+            def record(label: str):
+                if label not in table:
+                    table[label] = frozenset(descendants_of(label))
+                return table[label]
+
+            chain, _ = chain_levels(chain, record)  # checks the chain (IndexInputError)
+            args = ("search_hierarchical", q, chain, _Descendants(table), offset + k, 0)
+            call = ("call", args, options)
+
+        def merge(parts):
+            hits = [h for part in parts for h in part]
+            if firmness:
+                hits.sort(key=lambda h: (h.level, -(h.firmness or 0.0), h.id))
+            else:
+                hits.sort(key=lambda h: (h.level, h.distance, h.id))
+            return hits[offset : offset + k]
+
+        return call, merge
+
+    def _plan_entailment_candidates(
+        self, apex, query, want, *, labels=None, where=None, extra=()
+    ) -> tuple[tuple, Callable]:
+        q = self._space.as_points(query, "query", allow_1d=True)
+        want = check_pos_int(want, "want")
+        filters = self._filters(labels=labels, where=where)
+        if extra:
+            filters["extra"] = [(str(a), list(b)) for a, b in extra]
+        call = ("call", ("entailment_candidates", apex, q, want), filters)
+        return call, lambda parts: merge_candidates(parts, want)
+
+    def _plan_search_entailment(
+        self, apex, query, k=10, offset=0, *, spread=True, **given
+    ) -> tuple[tuple, Callable]:
+        k = check_pos_int(k, "k")
+        offset = check_pos_int(offset, "offset", 0)
+        call, merge = self._plan_entailment_candidates(apex, query, offset + k, **given)
+        return call, lambda parts: entailment_order(merge(parts), offset + k, spread=spread)[
+            offset:
+        ]
 
     # -- snapshots ------------------------------------------------------------------
     def save(self, path: str | os.PathLike | None = None) -> Path:

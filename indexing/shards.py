@@ -49,6 +49,7 @@ class ShardServer:
         warm.add(pts, [f"w{i}" for i in range(64)])
         warm.search(pts[:1], k=1)
         warm.close()
+        self._cones_seen, self._cones_fp = None, ""
         self.started = time.time()
 
     def call(self, method: str, *args, **kwargs):
@@ -62,6 +63,34 @@ class ShardServer:
 
     def item_labels(self) -> dict[str, str | None]:
         return self.index.item_labels()
+
+    def many(self, calls: list[tuple[str, tuple, dict]]) -> list[tuple[bool, Any]]:
+        """Several calls of this server's methods in one (the searches of a service's
+        micro-batch): ``(True, answer)`` or ``(False, the exception it raised)`` each."""
+        out: list[tuple[bool, Any]] = []
+        for method, args, kwargs in calls:
+            try:
+                out.append((True, getattr(self, method)(*args, **kwargs)))
+            except Exception as e:  # noqa: BLE001 - that call's answer
+                out.append((False, e))
+        return out
+
+    def own_levels(self, query, chain, fingerprint: str, k: int, offset: int, **options):
+        """:meth:`HyperbolicIndex.search_hierarchical` with the levels of this shard's
+        own cones (kept by the index until it changes), which must be the caller's
+        (``fingerprint``): no table of labels travels with a query."""
+        cones = self.index.cones
+        if cones is None or self._fingerprint(cones) != fingerprint:
+            raise RuntimeError(
+                f"shard {self.folder.name}: its label cones are not the ones the query "
+                "was ranked by (set_cones on the sharded index sets every shard's)"
+            )
+        return self.index.search_hierarchical(query, chain, cones.held_by, k, offset, **options)
+
+    def _fingerprint(self, cones) -> str:
+        if self._cones_seen is not cones:
+            self._cones_fp, self._cones_seen = cones.fingerprint(), cones
+        return self._cones_fp
 
     def contains(self, ids: list[str]) -> list[bool]:
         return self.index.contains_many(ids)

@@ -142,18 +142,24 @@ def test_instances_of_every_kind_are_indexes(tmp_path):
 
 def test_the_service_calls_only_protocol_members_on_an_index():
     """Every ``rt.index.X`` / ``self.index.X`` / ``runtime.index.X`` in service/ is a
-    member of the Protocol, and the service names no concrete index class in its
-    type hints."""
+    member of the Protocol, and so is every index call a search yields
+    (``yield ("X", args, kwargs)``, made by ``indexing.interface.run_calls``); the
+    service names no concrete index class in its type hints."""
     members = set(protocol_members()) | {"__len__", "__contains__"}
     called: dict[str, set[str]] = {}
+    yielded: set[str] = set()
     for f in sorted((ROOT / "service").rglob("*.py")):
         text = f.read_text()
         for m in re.finditer(r"\b(?:rt|self|runtime|old\.runtime)\.index\.(\w+)", text):
             called.setdefault(m.group(1), set()).add(f.relative_to(ROOT).as_posix())
+        for m in re.finditer(r"\byield \(\s*\"(\w+)\"", text):
+            called.setdefault(m.group(1), set()).add(f.relative_to(ROOT).as_posix())
+            yielded.add(m.group(1))
         hint = r"(?<!lambda)(?:->|:)\s*\"?(HyperbolicIndex|ShardedIndex)\b(?![.(])"
         for m in re.finditer(hint, text):
             raise AssertionError(f"{f.relative_to(ROOT)}: a type hint names {m.group(1)}")
     assert called, "no index call found: the pattern is stale"
+    assert {"search", "search_entailment", "search_hierarchical"} <= yielded, yielded
     unknown = {n: sorted(fs) for n, fs in called.items() if n not in members}
     assert not unknown, f"the service calls these outside the Protocol: {unknown}"
 

@@ -423,3 +423,61 @@ def test_sharded_entailment_is_the_one_index_ranking(served, items, query, tmp_p
     finally:
         single.close()
         sharded.close()
+
+
+def test_sharded_run_calls_answer_each_call_as_alone(served, items, tmp_path):
+    """Several searches in one call per shard (a micro-batch's) answer what each asked
+    alone of one index answers; a bad call's error is its own answer only; cone levels
+    by the cones set on the index travel as their fingerprint, not as a label table."""
+    from indexing import IndexInputError
+    from indexing.interface import run_calls
+    from indexing.sharded import ShardedIndex
+
+    rt, _ = served
+    single = HyperbolicIndex(dim=DIM, backend="exact")
+    sharded = ShardedIndex(tmp_path / "ix", shards=3, dim=DIM, backend="exact")
+    try:
+        for ix in (single, sharded):
+            ix.set_cones(rt.cones)
+            ids = sorted(items)
+            ix.add(np.stack([items[i][0] for i in ids]), ids, labels=[items[i][1] for i in ids])
+        held = rt.cones.held_by
+        table = {lab: held(lab) for lab in POINTS}
+        calls = []
+        for q in ("footwear", "sneaker", "coat"):
+            x, chain = POINTS[q], rt.chain(q, "cone")
+            calls += [
+                ("search_entailment", (q, x, 7, 2), {}),
+                ("entailment_candidates", (q, x, 5), {"labels": {"sneaker", "sandal"}}),
+                ("search_hierarchical", (x, chain, held), {"k": 9, "offset": 1, "firmness": True}),
+                ("search_hierarchical", (x, chain, table.__getitem__), {"k": 6, "by": "label"}),
+                ("search", (np.stack([x, x * 0.5]),), {"k": 4}),
+                ("search_entailment", (q, x, 0), {}),  # k = 0: refused, alone
+                ("count", (), {}),  # not a search: asked in turn
+            ]
+        got = run_calls(sharded, calls)
+        want = run_calls(single, calls)
+        assert len(got) == len(want) == len(calls)
+        for (method, _, _), g, w in zip(calls, got, want, strict=True):
+            if isinstance(w, Exception):
+                assert type(g) is type(w) and str(g) == str(w), (method, g, w)
+                assert isinstance(g, IndexInputError)
+            elif method == "search":
+                np.testing.assert_array_equal(g[0], w[0])
+                np.testing.assert_array_equal(g[1], w[1])
+            elif method == "entailment_candidates":
+                assert g.n_held == w.n_held
+                assert sorted(g.branch_counts().items()) == sorted(w.branch_counts().items())
+            elif method == "count":
+                assert g == w == len(items)
+            else:
+                assert [h.id for h in g] == [h.id for h in w], method
+                np.testing.assert_allclose([h.distance for h in g], [h.distance for h in w])
+        # the levels of the index's own cones: the cones' fingerprint, not a table
+        own, _ = sharded._plan_search_hierarchical(POINTS["coat"], rt.chain("coat", "cone"), held)
+        other, _ = sharded._plan_search_hierarchical(POINTS["coat"], ["coat"], table.__getitem__)
+        assert own[0] == "own_levels" and own[1][2] == rt.cones.fingerprint()
+        assert other[0] == "call" and other[1][0] == "search_hierarchical"
+    finally:
+        single.close()
+        sharded.close()
