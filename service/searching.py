@@ -44,7 +44,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +52,7 @@ import numpy as np
 
 from indexing import IndexInputError
 from indexing.filters import Filter, parse_filter
+from indexing.interface import run_calls
 from indexing.sharded import ShardUnavailableError
 from models.geometry import ranking
 from models.taxonomy.graph import UnknownLabelError
@@ -61,6 +62,9 @@ from .runtime import Runtime
 from .schemas import ImageSearchParams, SearchIn
 
 LEVELS = ("cone", "taxonomy")
+
+#: one call of the index a search makes: ``(method, args, kwargs)``
+IndexCall = tuple[str, tuple, dict]
 
 
 @dataclass
@@ -250,7 +254,24 @@ def query_point(
     raise bad_input("give exactly one of vector, label, id")
 
 
-def search(
+def search(rt: Runtime, x: np.ndarray, query_label: str | None, **kw: Any) -> Answer:
+    """Run one search of the point ``x``; see the module docstring and :func:`_search`
+    for the keywords."""
+    return _drive(rt, _search(rt, x, query_label, **kw))
+
+
+def _drive(rt: Runtime, steps: Generator[IndexCall, Any, Any]):
+    """What the generator ``steps`` returns, each index call it yields made at once."""
+    try:
+        call = next(steps)
+        while True:
+            method, args, kwargs = call
+            call = steps.send(getattr(rt.index, method)(*args, **kwargs))
+    except StopIteration as stop:
+        return stop.value
+
+
+def _search(
     rt: Runtime,
     x: np.ndarray,
     query_label: str | None,
@@ -265,8 +286,10 @@ def search(
     levels: str | None = None,
     where=None,
     group_by: str | None = None,
-) -> Answer:
-    """Run one search of the point ``x``; see the module docstring. ``radius``:
+) -> Generator[IndexCall, Any, Answer]:
+    """One search of the point ``x`` as a generator that yields its index calls
+    (:data:`IndexCall`) and is sent their answers (:func:`search` makes them one by
+    one, :func:`search_many` a batch's together); see the module docstring. ``radius``:
     the distance of ``x`` to the origin when the caller has it; ``levels``:
     ``"cone"`` or ``"taxonomy"`` (default: :attr:`Runtime.default_levels`);
     ``where``: a filter expression (or a parsed :class:`Filter`)."""
@@ -283,20 +306,22 @@ def search(
     chain = None
     if mode == "nearest":
         if allowed is None or allowed:
-            ids, dists = rt.index.search(x, k=want, labels=allowed, where=where)
+            ids, dists = yield ("search", (x,), {"k": want, "labels": allowed, "where": where})
             hits = _nearest_hits(rt, ids[0], dists[0])
     elif mode == "entailment":
         if query_label is None:  # pragma: no cover - every query has a label
             raise bad_input("mode: entailment search needs a query label")
         apex = query_label
         if group_by is not None:
-            groups = _groups(rt, x, apex, k, offset, allowed, where)
+            groups = yield from _groups(rt, x, apex, k, offset, allowed, where)
             if radius is None:
                 radius = float(rt.distance_to_origin(x))
             return Answer(query_label, x, radius, [], None, groups, mode)
         if allowed is None or allowed:
-            got = rt.index.search_entailment(
-                apex, x, want, 0, labels=allowed, where=where, extra=rt.cone_extras(apex)
+            got = yield (
+                "search_entailment",
+                (apex, x, want, 0),
+                {"labels": allowed, "where": where, "extra": rt.cone_extras(apex)},
             )
             hits = [
                 Hit(h.id, h.distance, rt.label_of(h.id), None, None, firmness=h.firmness)
@@ -310,19 +335,21 @@ def search(
             raise bad_input(f"levels: must be cone or taxonomy, got {lv!r}")
         chain = rt.chain(query_label, lv)
         if per_level is not None:
-            hits = _per_level(rt, x, chain, allowed, per_level, want, exclude, lv, where)
+            hits = yield from _per_level(rt, x, chain, allowed, per_level, want, exclude, lv, where)
         else:
             start = offset if exclude is None else 0
-            got = rt.index.search_hierarchical(
-                x,
-                chain,
-                rt.cones.held_by if lv == "cone" else rt.used_under,
-                k=want - start,
-                offset=start,
-                by="holder" if lv == "cone" else "label",
-                labels=allowed,
-                where=where,
-                firmness=True,
+            descendants = rt.cones.held_by if lv == "cone" else rt.used_under
+            got = yield (
+                "search_hierarchical",
+                (x, chain, descendants),
+                {
+                    "k": want - start,
+                    "offset": start,
+                    "by": "holder" if lv == "cone" else "label",
+                    "labels": allowed,
+                    "where": where,
+                    "firmness": True,
+                },
             )
             for h in got:
                 hits.append(
@@ -367,14 +394,18 @@ def _score(hits: list[Hit], mode: str) -> None:
         h.score = sc
 
 
-def _groups(rt: Runtime, x, apex: str, k: int, offset: int, allowed, where) -> list[Group]:
+def _groups(
+    rt: Runtime, x, apex: str, k: int, offset: int, allowed, where
+) -> Generator[IndexCall, Any, list[Group]]:
     """``group_by: children``: one group per cone child of ``apex`` that holds items
     (count descending, then name), each its branch's ``[offset, offset + k)`` by
     firmness."""
     if allowed is not None and not allowed:
         return []
-    cand = rt.index.entailment_candidates(
-        apex, x, offset + k, labels=allowed, where=where, extra=rt.cone_extras(apex)
+    cand = yield (
+        "entailment_candidates",
+        (apex, x, offset + k),
+        {"labels": allowed, "where": where, "extra": rt.cone_extras(apex)},
     )
     from indexing.entailment import entailment_order
 
@@ -428,6 +459,7 @@ def search_many(rt: Runtime, queries: Sequence[Query]) -> list[Answer | Exceptio
     live = [i for i in range(n) if out[i] is None]
     radii = dict(_each(out, live, lambda rows: rt.distance_to_origin(_stack(xs, rows)).tolist()))
     groups: dict[int, list[int]] = {}  # window size -> plain nearest queries
+    steps: dict[int, Generator[IndexCall, Any, Answer]] = {}  # the other queries
     for i in live:
         if out[i] is not None:
             continue
@@ -436,24 +468,22 @@ def search_many(rt: Runtime, queries: Sequence[Query]) -> list[Answer | Exceptio
             want = q.offset + q.k + (1 if excludes[i] is not None else 0)
             groups.setdefault(want, []).append(i)
             continue
-        try:
-            out[i] = search(
-                rt,
-                xs[i],
-                labels[i],
-                k=q.k,
-                offset=q.offset,
-                mode=q.mode,
-                under=q.under,
-                exclude=excludes[i],
-                per_level=q.per_level,
-                radius=radii[i],
-                levels=q.levels,
-                where=q.filter,
-                group_by=q.group_by,
-            )
-        except Exception as e:  # noqa: BLE001 - that query's answer
-            out[i] = e
+        steps[i] = _search(
+            rt,
+            xs[i],
+            labels[i],
+            k=q.k,
+            offset=q.offset,
+            mode=q.mode,
+            under=q.under,
+            exclude=excludes[i],
+            per_level=q.per_level,
+            radius=radii[i],
+            levels=q.levels,
+            where=q.filter,
+            group_by=q.group_by,
+        )
+    _drive_many(rt, steps, out)
     for want, rows in groups.items():
         for i, (ids, dists) in _each(out, rows, lambda r, w=want: _nearest_rows(rt, xs, r, w)):
             q = queries[i]
@@ -467,6 +497,35 @@ def search_many(rt: Runtime, queries: Sequence[Query]) -> list[Answer | Exceptio
             except Exception as e:  # noqa: BLE001 - that query's answer
                 out[i] = e
     return out  # type: ignore[return-value]
+
+
+def _drive_many(rt: Runtime, steps: dict[int, Generator], out: list) -> None:
+    """Run the searches ``steps`` (row -> :func:`_search` generator) side by side: the
+    index calls all pending ones yield are made together
+    (:func:`indexing.interface.run_calls`: one call per shard of a sharded index for
+    the whole batch), each answer or exception sent back to its own search; each
+    search's answer (or the exception it raised) goes to ``out[row]``."""
+    pending: dict[int, IndexCall] = {}
+
+    def advance(i: int, value: Any = None) -> None:
+        try:
+            pending[i] = steps[i].send(value)
+        except StopIteration as stop:
+            out[i] = stop.value
+        except Exception as e:  # noqa: BLE001 - that query's answer
+            out[i] = e
+
+    for i in steps:
+        advance(i)
+    while pending:
+        rows, calls = list(pending), list(pending.values())
+        pending.clear()
+        for i, got in zip(rows, run_calls(rt.index, calls), strict=True):
+            if isinstance(got, Exception):
+                steps[i].close()
+                out[i] = got
+            else:
+                advance(i, got)
 
 
 def _finish(rt: Runtime, q: Query, ans: Answer) -> None:
@@ -511,7 +570,7 @@ def _each(out: list, rows: list[int], batched) -> list:
 
 def _per_level(
     rt, x, chain, allowed, per_level: int, want: int, exclude: str | None, levels: str, where=None
-) -> list[Hit]:
+) -> Generator[IndexCall, Any, list[Hit]]:
     """Hierarchical order with at most ``per_level`` items of each level: level ``i``
     holds the items of ``chain[i]``'s level (by cone or by taxonomy, as
     :func:`search`) and not of ``chain[i-1]``'s, the firmest in ``chain[i]``'s cone."""
@@ -528,15 +587,16 @@ def _per_level(
         if not level_labels:
             continue
         take = min(per_level, want - len(hits)) + (1 if exclude is not None else 0)
-        found = rt.index.search_hierarchical(
-            x,
-            [lab],
-            lambda _, labs=frozenset(level_labels): labs,
-            k=take,
-            by="holder" if levels == "cone" else "label",
-            labels=allowed if levels == "cone" else None,
-            where=where,
-            firmness=True,
+        found = yield (
+            "search_hierarchical",
+            (x, [lab], lambda _, labs=frozenset(level_labels): labs),
+            {
+                "k": take,
+                "by": "holder" if levels == "cone" else "label",
+                "labels": allowed if levels == "cone" else None,
+                "where": where,
+                "firmness": True,
+            },
         )
         got = [
             Hit(h.id, float(h.distance), rt.label_of(h.id), lvl, lab, firmness=h.firmness)

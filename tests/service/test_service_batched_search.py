@@ -128,6 +128,56 @@ def test_search_many_answers_each_query_as_one_search(rt):
     assert searching.search_many(rt, []) == []
 
 
+def test_a_sharded_runtime_answers_a_batch_as_one_index_with_a_call_a_shard(rt, tmp_path):
+    """The same items in three (local) shards: the batch's answers are the one index's,
+    query by query (errors too), and all its label searches -- entailment, hierarchical
+    by the shards' own cones, per level, filtered -- go to each shard together: one
+    call a shard for the plain nearest queries, one for each round of the others
+    (per-level queries ask level after level)."""
+    from indexing.sharded import ShardedIndex
+    from service import searching
+    from service.runtime import runtime_for
+    from tests.support.server import FMNIST, small_taxonomy
+
+    items = rt.index.get_many(rt.index.ids())
+    sharded = ShardedIndex(tmp_path / "ix", shards=3, dim=rt.dim, curvature=rt.curvature)
+    sharded.add(
+        np.stack([it.vector for it in items]),
+        [it.id for it in items],
+        labels=[it.label for it in items],
+        payloads=[it.payload for it in items],
+    )
+    srt = runtime_for(sharded, rt.labels, rt.model, data_dir=FMNIST, taxonomy=small_taxonomy())
+    calls: list[list[tuple]] = []  # each fan-out: (server method, index method) a shard
+    fan_out = sharded._shards.run
+
+    def counted(batch, **kw):
+        calls.append([(m, a[0] if m == "call" else None) for _, m, a, _ in batch])
+        return fan_out(batch, **kw)
+
+    try:
+        queries = _queries(rt)
+        for q, g in zip(queries, searching.search_many(srt, queries), strict=True):
+            _same(g, _one(rt, q))  # one index's answer, query by query
+        sharded._shards.run = counted
+        got = searching.search_many(srt, queries)
+        for q, g in zip(queries, got, strict=True):
+            _same(g, _one(rt, q))
+    finally:
+        sharded._shards.run = fan_out
+        srt.close()
+    rounds = [c for c in calls if c[0][0] == "many"]
+    assert rounds and all(c == [("many", None)] * 3 for c in rounds)
+    # the first round holds all eleven label, hierarchical and filtered searches; the
+    # per-level query asks its levels one round after another
+    assert len(rounds) <= len(rt.chain(rt.resolve("coat"), rt.default_levels))
+    # the rest: the items of the id queries (one shard each) and one search a shard
+    # for each window of the plain nearest queries
+    others = [c for c in calls if c[0][0] != "many"]
+    assert {m for c in others for m in c} <= {("call", "get"), ("call", "search")}
+    assert sum(len(c) == 3 for c in others) == 4  # the windows 5, 10, 11 and 17
+
+
 def test_search_many_keeps_any_failure_to_its_own_query(rt):
     """Errors that are not ApiErrors (the index refusing k = 0, a point of the wrong
     dimension) fail their own query only; the rest of the batch is answered."""
