@@ -4,7 +4,9 @@
   starts a one-machine cluster in this process, with a capped object store);
   without the ``ray`` extra, or at an address where no cluster answers, a
   :class:`RayUnavailable` with one line.
-* :func:`serve_on_ray` opens (or creates) the sharded index -- this process
+* :func:`open_sharded_runtime`: ``serve --ray ADDRESS --shards N`` (no
+  ``--replicas``): the app in the serving process itself, over the shards' actors.
+* :func:`serve_on_ray` (``--replicas R``) opens (or creates) the sharded index -- this process
   starts the shards' actors (:class:`indexing.sharded.ShardedIndex`) and stops
   them when it ends -- then runs R replicas of :class:`HypsearchReplica` under
   Ray Serve, on ``HOST:PORT`` (Serve's HTTP proxy). Each replica is the
@@ -26,7 +28,13 @@ import signal
 import threading
 from typing import Any
 
-__all__ = ["RayUnavailable", "HypsearchReplica", "connect", "serve_on_ray"]
+__all__ = [
+    "RayUnavailable",
+    "HypsearchReplica",
+    "connect",
+    "open_sharded_runtime",
+    "serve_on_ray",
+]
 
 log = logging.getLogger("service")
 
@@ -229,6 +237,26 @@ class HypsearchReplica:
         from service.app import create_app
 
         return create_app(self.settings, runtime=self.runtime, owns_runtime=True)
+
+
+def open_sharded_runtime(settings, *, shards: int, dim: int, curvature: float):
+    """The runtime of ``serve --ray ADDRESS --shards N`` without ``--replicas``: the
+    app runs in this process (uvicorn, as ``hypsearch serve``) over the shards'
+    actors, started here unless they run already (and then stopped with the runtime).
+    A request pays no proxy and no replica hop: each micro-batch of searches is one
+    call per shard (:meth:`indexing.sharded.ShardedIndex.run_calls`); a read of a
+    shard that is down answers 503 at once (``fail_fast``)."""
+    from indexing.sharded import ShardedIndex
+    from service.runtime import open_runtime
+
+    index = ShardedIndex(
+        settings.index, shards=shards, dim=dim, curvature=curvature, ray=True, fail_fast=True
+    )
+    try:
+        return open_runtime(settings, index=index)
+    except BaseException:
+        index.close()
+        raise
 
 
 def replica_settings(settings):

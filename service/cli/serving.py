@@ -153,14 +153,32 @@ def _serve_on_ray(args: argparse.Namespace, settings, url: str) -> int:
             labels = LabelEmbedding.load(settings.labels)
     except CheckpointError as e:
         raise CliError(str(e)) from None
+    if args.replicas is None:  # the HTTP ingress in this process, the shards in Ray actors
+        from service.ray_serve import open_sharded_runtime
+        from service.runtime import StartupError
+
+        try:
+            runtime = open_sharded_runtime(
+                settings, shards=args.shards, dim=labels.dim, curvature=float(labels.curvature)
+            )
+        except IndexStoreError as e:
+            raise CliError(f"--index {settings.index}: {e}") from None
+        except StartupError as e:
+            raise CliError(str(e)) from None
+        return serve(
+            settings,
+            runtime=runtime,
+            announce=f"hypsearch: serving on {url} ({args.shards} shards on Ray; "
+            f"page {url}/, API docs {url}/docs)",
+        )
     try:
         return serve_on_ray(
             settings,  # every HYPSEARCH_* setting of this process, the API key included
             shards=args.shards,
-            replicas=args.replicas or 1,
+            replicas=args.replicas,
             dim=labels.dim,
             curvature=float(labels.curvature),
-            announce=f"hypsearch: serving on {url} under Ray Serve ({args.replicas or 1} "
+            announce=f"hypsearch: serving on {url} under Ray Serve ({args.replicas} "
             f"replicas, {args.shards} shards)",
         )
     except IndexStoreError as e:
@@ -264,7 +282,12 @@ def add_serve(sub) -> None:
         help="serve on the Ray cluster at ADDRESS (auto, HOST:PORT, local)",
     )
     sv.add_argument("--shards", type=positive_int, help="with --ray: shards of the index")
-    sv.add_argument("--replicas", type=positive_int, help="with --ray: HTTP replicas (default 1)")
+    sv.add_argument(
+        "--replicas",
+        type=positive_int,
+        help="with --ray: R replicas of the app under Ray Serve (default: none, the app "
+        "in this process over the shards' actors)",
+    )
 
 
 def add_demo(sub) -> None:
