@@ -460,7 +460,9 @@ def test_ray_flags_refuse_bad_input_in_one_line(tmp_path, capsys, monkeypatch):
 def test_serve_on_ray_answers_like_the_single_service(tmp_path, tmp_path_factory, ray_cluster):
     """``hypsearch serve --ray ADDRESS --shards 2 --replicas 2`` as a real process on
     the module's cluster answers what the single-process service answers over the same
-    items; writes reach the shards; bad input gets 4xx; SIGTERM stops it cleanly and
+    items; writes reach the shards, and need the serving process's
+    ``HYPSEARCH_API_KEY`` (a replica runs in a Ray worker with the node's environment:
+    the settings travel with it); bad input gets 4xx; SIGTERM stops it cleanly and
     leaves no Serve application and no shard actor behind."""
     import signal
 
@@ -493,7 +495,9 @@ def test_serve_on_ray_answers_like_the_single_service(tmp_path, tmp_path_factory
         ["--model", str(art.model_path), "--index", str(tmp_path / "sharded"), "--threads", "1"]
         + ["--ray", address, "--shards", "2", "--replicas", "2"],
         tmp_path / "serve.log",
+        env={"HYPSEARCH_API_KEY": "replica-key-0123456789"},
     )
+    auth = {"Authorization": "Bearer replica-key-0123456789"}
     try:
         srv.wait_ready(180)
         with single, httpx.Client(base_url=srv.url, timeout=60) as c:
@@ -517,7 +521,9 @@ def test_serve_on_ray_answers_like_the_single_service(tmp_path, tmp_path_factory
                 assert g["query"]["label"] == w["query"]["label"]
             # a write through the service reaches the shards, seen by whichever replica answers
             new = [0.3] + [0.0] * (art.model.dim - 1)
-            put = c.put("/v1/items/new-one", json={"vector": new, "label": "gym_shoe.n.01"})
+            one = {"vector": new, "label": "gym_shoe.n.01"}
+            assert c.put("/v1/items/new-one", json=one).status_code == 401  # the key holds
+            put = c.put("/v1/items/new-one", json=one, headers=auth)
             assert put.status_code in (200, 201), put.text
             for _ in range(4):  # answered by either replica
                 hit = c.post("/v1/search", json={"vector": new, "k": 1}).json()["results"][0]
@@ -532,7 +538,7 @@ def test_serve_on_ray_answers_like_the_single_service(tmp_path, tmp_path_factory
                 ("post", "/v1/search", {"vector": vec, "k": 0}),
                 ("put", "/v1/items/bad-one", {"vector": [2.0] * art.model.dim}),
             ):
-                r = getattr(c, method)(path, json=body)
+                r = getattr(c, method)(path, json=body, headers=auth)
                 assert 400 <= r.status_code < 500 and r.json().get("detail"), (body, r.text)
             assert c.get("/v1/items/bad-one").status_code == 404
             assert c.get("/v1/stats").json()["items"] == n + 1

@@ -6,9 +6,10 @@ Fashion-MNIST test items, with ``HYPSEARCH_API_KEY`` and a small
 
 Every test runs under the parametrised fixture ``server`` (``local`` and
 ``ray``): payloads, filters, batches, get many, scroll, count, delete by ids
-and by filter, batch searches, the key on every write and the limits (both
-must reach the Ray replicas, which run in Ray workers with the node's
-environment, not the server's). The Ray server runs on a local cluster
+and by filter, batch searches, the key on every write and the limits. The Ray
+server runs the app in its own process over two shard actors (the Ray Serve
+replicas of ``--replicas R``, in Ray workers with the node's environment, are
+held to the key in ``tests/indexing/test_ray.py``). It runs on a local cluster
 started for this module (:mod:`tests.support.ray_cluster`: skipped outside a
 loopback-only network namespace, failed under CI).
 """
