@@ -13,8 +13,9 @@ test pictures; ``hypsearch demo --no-serve`` makes it): copied once as it is, fo
 the single process, and once into 2 shards, for the Ray server (whose own local
 cluster, ``--ray local``, lives and dies with it: the shards' 2 actors, the
 GCS and the raylet, all on the same 2 cores as the ingress and the load
-generator). Each round serves the single process, then the Ray server; every
-cell records the load average (1 min) before it.
+generator). Each round serves the single process, then the Ray server; each
+server gets 2 s of every kind first (not measured), and every cell records the
+load average (1 min) before it.
 
 "At equal p99": the Ray server is measured at 32 connections and, when its p99
 is above the single process's p99 at 32, again at 16, 8 and 4 connections
@@ -175,6 +176,8 @@ def run(args, model: Path, tmp: Path) -> tuple[list[dict], int, int]:
             proc, url = start(model, index, extra, log, tmp / "ray")
             try:
                 loads = workloads(url)
+                for kind in KINDS:  # warm-up, not measured: kernels, caches, connections
+                    run_wrk(url, kind, loads[kind], 32, 2)
                 for kind in KINDS:
                     spy = None
                     if args.profile and extra:

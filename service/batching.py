@@ -35,8 +35,10 @@ class BatcherClosed(RuntimeError):
 
 class MicroBatcher:
     """``embed(list of items) -> n results`` (rows of an array, tuples, ...) behind a
-    queue and one worker thread; each caller gets its own result (an exception
-    instance among the results is raised to that caller only)."""
+    queue and one worker thread (or ``workers``, each taking its own batches: while
+    one waits for a remote index's answers, the next batch is formed and sent); each
+    caller gets its own result (an exception instance among the results is raised to
+    that caller only)."""
 
     def __init__(
         self,
@@ -46,17 +48,24 @@ class MicroBatcher:
         max_wait: float = 0.002,
         on_batch: Callable[[int, float], None] | None = None,
         name: str = "embed-batcher",
+        workers: int = 1,
     ) -> None:
         if max_size < 1:
             raise ValueError("max_size must be at least 1")
+        if workers < 1:
+            raise ValueError("workers must be at least 1")
         self._embed = embed
         self.max_size = int(max_size)
         self.max_wait = float(max_wait)
         self._on_batch = on_batch
         self._q: queue.SimpleQueue[tuple[np.ndarray, Future] | None] = queue.SimpleQueue()
         self._closed = False
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
+        self._threads = [
+            threading.Thread(target=self._run, name=f"{name}-{j}" if j else name, daemon=True)
+            for j in range(workers)
+        ]
+        for t in self._threads:
+            t.start()
 
     def submit(self, image: np.ndarray) -> Future:
         """Queue one picture; the future's result is its row of ``embed``'s answer."""
@@ -73,8 +82,10 @@ class MicroBatcher:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            self._q.put(None)
-            self._thread.join(timeout=10)
+            for _ in self._threads:  # one stop for each worker
+                self._q.put(None)
+            for t in self._threads:
+                t.join(timeout=10)
 
     def _run(self) -> None:
         while True:
@@ -97,14 +108,19 @@ class MicroBatcher:
             self._process(batch)
             if stop:
                 break
-        # fail whatever is still queued
+        # fail whatever is still queued (the other workers' stops put back for them)
+        stops = 0
         while True:
             try:
                 item = self._q.get_nowait()
             except queue.Empty:
                 break
-            if item is not None and not item[1].done():
+            if item is None:
+                stops += 1
+            elif not item[1].done():
                 item[1].set_exception(BatcherClosed("the embedding worker is stopped"))
+        for _ in range(stops):
+            self._q.put(None)
 
     def _process(self, batch: list[tuple[np.ndarray, Future]]) -> None:
         live = [(im, f) for im, f in batch if f.set_running_or_notify_cancel()]

@@ -152,6 +152,13 @@ class Settings(BaseSettings):
         ge=1,
         description="searches: most queries answered in one batch (those queued meanwhile)",
     )
+    search_batch_workers: int | None = Field(
+        default=None,
+        ge=1,
+        le=16,
+        description="searches: batches answered at once (default: 1, or 2 over a sharded "
+        "index, whose batches mostly wait for the shards' answers)",
+    )
     search_fast_path: bool = Field(
         default=True,
         description="answer well-formed JSON searches without FastAPI's routing "

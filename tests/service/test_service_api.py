@@ -352,6 +352,43 @@ def test_micro_batching_groups_concurrent_requests():
     assert max(sizes) == 8 and sum(sizes) == 20
 
 
+def test_micro_batcher_with_two_workers_overlaps_batches_and_stops_both():
+    """Two workers (a sharded index's searches): while one batch waits (its shards'
+    answers), the next is formed and answered; every caller still gets its own
+    result or error; close stops both workers and fails nothing answered."""
+    from service.batching import BatcherClosed, MicroBatcher
+
+    inside, most = [0], [0]
+    lock = threading.Lock()
+
+    def embed(items):
+        with lock:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        time.sleep(0.05)  # a round trip to the shards
+        with lock:
+            inside[0] -= 1
+        return [ValueError(f"bad {i}") if i % 7 == 3 else i * 10 for i in items]
+
+    b = MicroBatcher(embed, max_size=4, max_wait=0.0, workers=2)
+    try:
+        futures = [b.submit(i) for i in range(24)]
+        for i, f in enumerate(futures):
+            if i % 7 == 3:
+                with pytest.raises(ValueError, match=f"bad {i}"):
+                    f.result(10)
+            else:
+                assert f.result(10) == i * 10
+    finally:
+        b.close()
+    assert most[0] == 2  # two batches at once, never more
+    assert not any(t.is_alive() for t in b._threads)
+    with pytest.raises(BatcherClosed):
+        b.submit(1)
+    with pytest.raises(ValueError, match="workers"):
+        MicroBatcher(embed, workers=0)
+
+
 def test_batch_metrics_after_concurrent_searches(rt, picture):
     with app_client(rt, batch_max_wait_ms=30, batch_max_size=16) as c:
         out = []
