@@ -184,6 +184,22 @@ def profile(pid: int, out: Path, seconds: float):
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+def _scrub_processes(svg: Path) -> None:
+    """The processes' command lines of a flame graph cut to their program and plain
+    words (no paths, no options with values: the machine's folders stay out)."""
+    import re
+
+    def short(m: re.Match) -> str:
+        words = m[2].split()
+        keep = [Path(words[0]).name] if words else []
+        keep += [w for w in words[1:] if "/" not in w and "=" not in w][:3]
+        return m[1] + " ".join(keep) + m[3]
+
+    text = svg.read_text(encoding="utf-8")
+    pattern = r"(<title>process \d+:&quot;)([^<]*)(&quot; \(\d+ samples[^<]*</title>)"
+    svg.write_text(re.sub(pattern, short, text), encoding="utf-8")
+
+
 def run(args, model: Path, tmp: Path) -> tuple[list[dict], int, int]:
     single, sharded, n, dim = copies(args.index, tmp)
     servers = {
@@ -211,6 +227,7 @@ def run(args, model: Path, tmp: Path) -> tuple[list[dict], int, int]:
                         spy.wait(120)
                         if svg.exists():
                             _scrub(svg)
+                            _scrub_processes(svg)
                     rows.append({"round": rnd, "server": name, **r})
                     if not extra:
                         base[kind] = r
