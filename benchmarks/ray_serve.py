@@ -196,8 +196,10 @@ def _scrub_processes(svg: Path) -> None:
         return m[1] + " ".join(keep) + m[3]
 
     text = svg.read_text(encoding="utf-8")
-    pattern = r"(<title>process \d+:&quot;)([^<]*)(&quot; \(\d+ samples[^<]*</title>)"
-    svg.write_text(re.sub(pattern, short, text), encoding="utf-8")
+    title = r"(<title>process \d+:&quot;)([^<]*)(&quot; \([\d,]+ samples[^<]*</title>)"
+    text = re.sub(title, short, text)
+    shown = r"(>process \d+:&quot;)([^<]*)()(?=</text>)"  # the label drawn on the bar
+    svg.write_text(re.sub(shown, short, text), encoding="utf-8")
 
 
 def run(args, model: Path, tmp: Path) -> tuple[list[dict], int, int]:
