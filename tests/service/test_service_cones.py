@@ -5,6 +5,8 @@ label and item routes' cone fields, and /v1/embed's first label."""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import numpy as np
 import pytest
 
@@ -400,29 +402,36 @@ def test_bad_modes_and_groups_are_422_naming_them(served, body, words):
     assert r.status_code == 422 and "facet" in r.text
 
 
-@pytest.mark.parametrize("query", ["footwear", "sneaker", "coat"])
-def test_sharded_entailment_is_the_one_index_ranking(served, items, query, tmp_path):
-    """Three local shards answer the entailment ranking of one index (the held items'
-    round robin and the outside's tiers merged from each shard's candidates)."""
+@contextmanager
+def _one_and_sharded(rt, items, path):
+    """One exact index and three local shards holding ``items``, with the served cones."""
     from indexing.sharded import ShardedIndex
 
-    rt, _ = served
     single = HyperbolicIndex(dim=DIM, backend="exact")
-    sharded = ShardedIndex(tmp_path / "ix", shards=3, dim=DIM, backend="exact")
+    sharded = ShardedIndex(path / "ix", shards=3, dim=DIM, backend="exact")
     try:
         for ix in (single, sharded):
             ix.set_cones(rt.cones)
             ids = sorted(items)
             ix.add(np.stack([items[i][0] for i in ids]), ids, labels=[items[i][1] for i in ids])
+        yield single, sharded
+    finally:
+        single.close()
+        sharded.close()
+
+
+@pytest.mark.parametrize("query", ["footwear", "sneaker", "coat"])
+def test_sharded_entailment_is_the_one_index_ranking(served, items, query, tmp_path):
+    """Three local shards answer the entailment ranking of one index (the held items'
+    round robin and the outside's tiers merged from each shard's candidates)."""
+    rt, _ = served
+    with _one_and_sharded(rt, items, tmp_path) as (single, sharded):
         x = POINTS[query]
         for k, offset in ((len(items), 0), (7, 5)):
             a = single.search_entailment(query, x, k, offset)
             b = sharded.search_entailment(query, x, k, offset)
             assert [h.id for h in a] == [h.id for h in b]
             np.testing.assert_allclose([h.firmness for h in a], [h.firmness for h in b])
-    finally:
-        single.close()
-        sharded.close()
 
 
 def test_sharded_run_calls_answer_each_call_as_alone(served, items, tmp_path):
@@ -431,16 +440,9 @@ def test_sharded_run_calls_answer_each_call_as_alone(served, items, tmp_path):
     by the cones set on the index travel as their fingerprint, not as a label table."""
     from indexing import IndexInputError
     from indexing.interface import run_calls
-    from indexing.sharded import ShardedIndex
 
     rt, _ = served
-    single = HyperbolicIndex(dim=DIM, backend="exact")
-    sharded = ShardedIndex(tmp_path / "ix", shards=3, dim=DIM, backend="exact")
-    try:
-        for ix in (single, sharded):
-            ix.set_cones(rt.cones)
-            ids = sorted(items)
-            ix.add(np.stack([items[i][0] for i in ids]), ids, labels=[items[i][1] for i in ids])
+    with _one_and_sharded(rt, items, tmp_path) as (single, sharded):
         held = rt.cones.held_by
         table = {lab: held(lab) for lab in POINTS}
         calls = []
@@ -478,6 +480,3 @@ def test_sharded_run_calls_answer_each_call_as_alone(served, items, tmp_path):
         other, _ = sharded._plan_search_hierarchical(POINTS["coat"], ["coat"], table.__getitem__)
         assert own[0] == "own_levels" and own[1][2] == rt.cones.fingerprint()
         assert other[0] == "call" and other[1][0] == "search_hierarchical"
-    finally:
-        single.close()
-        sharded.close()
