@@ -45,7 +45,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict, runtime_checkable
 
 import numpy as np
 
@@ -55,7 +55,49 @@ if TYPE_CHECKING:
     from .filters import Filter
     from .index import Item
 
-__all__ = ["Index", "run_calls"]
+__all__ = [
+    "CandidateOptions",
+    "EntailmentOptions",
+    "Index",
+    "LevelOptions",
+    "SearchOptions",
+    "run_calls",
+]
+
+
+class SearchOptions(TypedDict, total=False):
+    """The keyword options of :meth:`Index.search` (an index that passes them on
+    takes ``**options: Unpack[SearchOptions]``)."""
+
+    filter_ids: Iterable[str] | None
+    labels: Iterable[str] | None
+    under: Iterable[str] | None
+    ef: int | None
+    where: Filter | Mapping | None
+
+
+class LevelOptions(TypedDict, total=False):
+    """The keyword options of :meth:`Index.search_hierarchical`."""
+
+    ef: int | None
+    by: str
+    labels: Iterable[str] | None
+    where: Filter | Mapping | None
+    firmness: bool
+
+
+class CandidateOptions(TypedDict, total=False):
+    """The keyword options of :meth:`Index.entailment_candidates`."""
+
+    labels: Iterable[str] | None
+    where: Filter | Mapping | None
+    extra: Sequence[tuple[str, Sequence[str]]]
+
+
+class EntailmentOptions(CandidateOptions, total=False):
+    """The keyword options of :meth:`Index.search_entailment`."""
+
+    spread: bool
 
 
 @runtime_checkable

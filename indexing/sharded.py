@@ -62,7 +62,7 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 
@@ -75,6 +75,7 @@ from .filters import Filter, parse_filter
 from .geometry import PoincareIndexSpace, make_index_space
 from .hierarchical import chain_levels
 from .index import Item
+from .interface import CandidateOptions, EntailmentOptions, LevelOptions, SearchOptions
 from .shards import (
     LocalShards,
     RayShards,
@@ -422,6 +423,9 @@ class ShardedIndex:
     def _filters(**given: Any) -> dict[str, Any]:
         """The filters given, checked here (before any shard is asked) and ready to
         travel: id and label sets as sets, ``where`` parsed."""
+        unknown = sorted(set(given) - {"filter_ids", "labels", "under", "where"})
+        if unknown:
+            raise TypeError(f"unexpected keyword argument(s): {', '.join(unknown)}")
         out: dict[str, Any] = {}
         for name, v in given.items():
             if v is None:
@@ -430,87 +434,40 @@ class ShardedIndex:
         return out
 
     def search(
-        self,
-        queries,
-        k: int = 10,
-        *,
-        filter_ids: Iterable[str] | None = None,
-        labels: Iterable[str] | None = None,
-        under: Iterable[str] | None = None,
-        ef: int | None = None,
-        where: Filter | Mapping | None = None,
+        self, queries, k: int = 10, **options: Unpack[SearchOptions]
     ) -> tuple[np.ndarray, np.ndarray]:
         """Every shard's ``k`` nearest (same filters: ``filter_ids``, ``labels``,
-        ``under``, ``where``), merged by exact distance (then id)."""
-        return self._fan(
-            self._plan_search(
-                queries, k, filter_ids=filter_ids, labels=labels, under=under, ef=ef, where=where
-            )
-        )
+        ``under``, ``where``), merged by exact distance (then id); the options of
+        :meth:`indexing.Index.search`."""
+        return self._fan(self._plan_search(queries, k, **options))
 
     def search_hierarchical(
-        self,
-        query,
-        chain: Sequence[str],
-        descendants_of: Callable[[str], Iterable[str]],
-        k: int = 10,
-        offset: int = 0,
-        *,
-        ef: int | None = None,
-        by: str = "holder",
-        labels: Iterable[str] | None = None,
-        where: Filter | Mapping | None = None,
-        firmness: bool = False,
-    ) -> list[HierarchicalHit]:
+        self, query, chain, descendants_of, k: int = 10, offset: int = 0,
+        **options: Unpack[LevelOptions],
+    ) -> list[HierarchicalHit]:  # fmt: skip
         """Every shard's first ``offset + k`` hits in (level, distance) order (or
         (level, firmness) with ``firmness``), merged (then by id); ``[offset,
         offset + k)`` of that order. Levels by the cones set with :meth:`set_cones`
         (``descendants_of`` their ``held_by``) are each shard's own (kept there until
         it changes); any other ``descendants_of`` travels as a table of the chain's
-        labels."""
+        labels. The options of :meth:`indexing.Index.search_hierarchical`."""
         return self._fan(
-            self._plan_search_hierarchical(
-                query, chain, descendants_of, k, offset,
-                ef=ef, by=by, labels=labels, where=where, firmness=firmness,
-            )
-        )  # fmt: skip
+            self._plan_search_hierarchical(query, chain, descendants_of, k, offset, **options)
+        )
 
     def entailment_candidates(
-        self,
-        apex: str,
-        query,
-        want: int,
-        *,
-        labels: Iterable[str] | None = None,
-        where: Filter | Mapping | None = None,
-        extra: Sequence[tuple[str, Sequence[str]]] = (),
+        self, apex: str, query, want: int, **options: Unpack[CandidateOptions]
     ) -> Candidates:
         """Every shard's candidates merged (:func:`indexing.entailment.merge_candidates`):
         the candidates of one index over all the items (a shard ranks its outside
         items whenever it holds fewer than ``want``, so whenever all do)."""
-        return self._fan(
-            self._plan_entailment_candidates(apex, query, want, labels=labels, where=where,
-                                             extra=extra)
-        )  # fmt: skip
+        return self._fan(self._plan_entailment_candidates(apex, query, want, **options))
 
     def search_entailment(
-        self,
-        apex: str,
-        query,
-        k: int = 10,
-        offset: int = 0,
-        *,
-        spread: bool = True,
-        labels: Iterable[str] | None = None,
-        where: Filter | Mapping | None = None,
-        extra: Sequence[tuple[str, Sequence[str]]] = (),
+        self, apex: str, query, k: int = 10, offset: int = 0, **options: Unpack[EntailmentOptions]
     ) -> list[EntailmentHit]:
         """:meth:`indexing.HyperbolicIndex.search_entailment` over every shard's items."""
-        return self._fan(
-            self._plan_search_entailment(
-                apex, query, k, offset, spread=spread, labels=labels, where=where, extra=extra
-            )
-        )
+        return self._fan(self._plan_search_entailment(apex, query, k, offset, **options))
 
     def run_calls(self, calls: Sequence[tuple[str, tuple, dict]]) -> list:
         """The answers of several calls ``(method, args, kwargs)`` of this index, each

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import inspect
 import re
+import sys
+import typing
 from pathlib import Path
 
 import pytest
@@ -36,8 +38,25 @@ def protocol_members() -> dict[str, object]:
     return {n: v for n, v in own.items() if n not in skip}
 
 
-def incompatibilities(want: inspect.Signature, got: inspect.Signature) -> list[str]:
-    """Why ``got`` does not accept every call ``want`` allows (empty: it does)."""
+def typed_keywords(fn) -> set[str] | None:
+    """The keys of the TypedDict of ``fn``'s ``**options: Unpack[TD]`` (None: no such
+    annotation), resolved in ``fn``'s module."""
+    var = [p for p in inspect.signature(fn).parameters.values() if p.kind is P.VAR_KEYWORD]
+    ann = var[0].annotation if var else P.empty
+    if isinstance(ann, str):
+        ann = eval(ann, vars(sys.modules[fn.__module__]))  # noqa: S307 - the module's own names
+    if typing.get_origin(ann) is not typing.Unpack:
+        return None
+    td = typing.get_args(ann)[0]
+    return set(td.__required_keys__) | set(td.__optional_keys__)
+
+
+def incompatibilities(
+    want: inspect.Signature, got: inspect.Signature, typed: set[str] | None = None
+) -> list[str]:
+    """Why ``got`` does not accept every call ``want`` allows (empty: it does);
+    ``typed``: the keywords ``got``'s ``**options`` is typed to take (each keyword of
+    ``want`` must be one of them then)."""
     out = []
     wp = [p for p in want.parameters.values() if p.name not in ("self", "cls")]
     gp = [p for p in got.parameters.values() if p.name not in ("self", "cls")]
@@ -64,6 +83,8 @@ def incompatibilities(want: inspect.Signature, got: inspect.Signature) -> list[s
             if g is None:
                 if not g_varkw:
                     out.append(f"keyword {w.name} not accepted")
+                elif typed is not None and w.name not in typed:
+                    out.append(f"keyword {w.name} not among the typed **options")
             elif g.kind not in (P.KEYWORD_ONLY, P.POSITIONAL_OR_KEYWORD):
                 out.append(f"{w.name} cannot be given by name")
             elif w.default is not P.empty and g.default != w.default:
@@ -96,6 +117,9 @@ def test_the_checker_tells_compatible_from_incompatible():
     sw = inspect.signature(want)
     for f in ok:
         assert incompatibilities(sw, inspect.signature(f)) == []
+    varkw = inspect.signature(lambda self, a, k=10, **options: None)
+    assert incompatibilities(sw, varkw, {"ef", "by"}) == []
+    assert incompatibilities(sw, varkw, {"by"}) == ["keyword ef not among the typed **options"]
     verdicts = [incompatibilities(sw, inspect.signature(f)) for f in bad]
     assert [bool(v) for v in verdicts] == [True, True, True, False, True, True], verdicts
 
@@ -122,7 +146,9 @@ def test_every_index_class_has_every_member_with_a_compatible_signature(cls):
         if not callable(got):
             problems[name] = f"not callable ({type(got).__name__})"
             continue
-        why = incompatibilities(inspect.signature(want), inspect.signature(got))
+        why = incompatibilities(
+            inspect.signature(want), inspect.signature(got), typed_keywords(got)
+        )
         if why:
             problems[name] = why
     assert not problems, f"{cls.__name__}: {problems}"
