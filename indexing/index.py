@@ -45,14 +45,7 @@ from .snapshot import MANIFEST_FILE, SnapshotError, read_manifest, restore_snaps
 from .store import STORE_FILE, Store
 from .swap import recover
 from .table import ItemBatch
-from .validation import (
-    check_folder,
-    check_ids,
-    check_labels,
-    check_payloads,
-    check_pos_int,
-    check_str_set,
-)
+from .validation import check_batch, check_folder, check_ids, check_pos_int, check_str_set
 
 __all__ = ["CANDIDATE_CACHE", "HyperbolicIndex", "Item"]
 
@@ -311,11 +304,8 @@ class HyperbolicIndex:
         searches all at once.  Raises :class:`IndexInputError` on bad input,
         before anything is written.
         """
-        x = self._space.as_points(vectors, "vectors")
+        x, ids, labels, payload_json = check_batch(self._space, vectors, ids, labels, payloads)
         n = len(x)
-        ids = check_ids(ids, "ids", n)
-        labels = check_labels(labels, n)
-        payload_json = check_payloads(payloads, n)
         if n == 0:
             return
         with self._write_mutex:

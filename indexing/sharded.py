@@ -84,14 +84,7 @@ from .shards import (
     shard_actor,
 )
 from .store import STORE_FILE
-from .validation import (
-    check_folder,
-    check_ids,
-    check_labels,
-    check_payloads,
-    check_pos_int,
-    check_str_set,
-)
+from .validation import check_batch, check_folder, check_ids, check_pos_int, check_str_set
 
 #: the searches :meth:`ShardedIndex.run_calls` sends in one call per shard
 _PLANNED = ("search", "search_hierarchical", "search_entailment", "entailment_candidates")
@@ -292,12 +285,8 @@ class ShardedIndex:
     # -- writes ---------------------------------------------------------------------
     def add(self, vectors, ids, labels=None, payloads=None) -> None:
         """Upsert; the whole batch is checked before any shard is written."""
-        x = self._space.as_points(vectors, "vectors")
-        n = len(x)
-        ids = check_ids(ids, "ids", n)
-        labels = check_labels(labels, n)
         pays = None if payloads is None else list(payloads)
-        check_payloads(pays, n)
+        x, ids, labels, _ = check_batch(self._space, vectors, ids, labels, pays)
         calls = []
         for s, pos in sorted(self._route(ids).items()):
             part = (

@@ -18,6 +18,7 @@ import numpy as np
 from .errors import IndexInputError
 
 __all__ = [
+    "check_batch",
     "check_folder",
     "check_ids",
     "check_labels",
@@ -124,3 +125,11 @@ def check_folder(path: str | os.PathLike) -> Path:
     if folder.exists() and not folder.is_dir():
         raise IndexInputError(f"path: {folder} exists and is not a directory")
     return folder
+
+
+def check_batch(space, vectors, ids, labels, payloads) -> tuple:
+    """A batch to upsert, checked as a whole before anything is written: ``(points
+    of the space, ids, labels, payloads as JSON text)``, or :class:`IndexInputError`."""
+    x = space.as_points(vectors, "vectors")
+    n = len(x)
+    return x, check_ids(ids, "ids", n), check_labels(labels, n), check_payloads(payloads, n)
