@@ -615,6 +615,12 @@ class GraphBackend(CalibrationMixin, Backend):
         n = len(flags)
         self._dtype = np.float64 if wide else np.float32
         self._tune_for_depth()
+        if "R" not in self._given and adj.ndim == 2:
+            # a graph saved under another default degree (R 32 above 40-d before
+            # WIDE_R) keeps its own: its rows hold R + R // 2 edges
+            r = (2 * adj.shape[1] + 2) // 3
+            if r >= 2 and r + r // 2 == adj.shape[1]:
+                self._p["R"] = r
         slack = self._p["R"] + self._p["R"] // 2
         if adj.shape != (n, slack) or len(deg) != n or n > table.n_slots:
             raise ValueError("graph snapshot: shapes do not match the table or the parameters")

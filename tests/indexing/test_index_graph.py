@@ -120,6 +120,39 @@ def test_snapshot_round_trip_restores_the_graph(tmp_path):
     third.close()
 
 
+def test_a_graph_saved_under_another_default_degree_is_restored_not_rebuilt(
+    tmp_path, monkeypatch, caplog
+):
+    """An index above 40-d saved when the default degree was 32 (before WIDE_R) opens
+    with its own graph and answers as before: no rebuild, no warning."""
+    from indexing.backends import graph as graph_module
+
+    x, q = cloud(2500, 20, dim=44, seed=35)
+    ids = make_ids(len(x))
+    monkeypatch.setattr(graph_module, "degree_default", lambda dim, product=False: 32)
+    ix = HyperbolicIndex(44, backend="graph", path=tmp_path / "ix")
+    ix.add(x, ids)
+    assert ix._backend.params["R"] == 32
+    before = ix.search(q, k=10)
+    adj = ix._backend._adj[: len(x)].copy()
+    ix.save()
+    ix.close()
+    monkeypatch.undo()
+    assert graph_params.degree_default(44) == graph_params.WIDE_R != 32
+    with caplog.at_level("WARNING"):
+        again = HyperbolicIndex.load(tmp_path / "ix")
+    try:
+        assert not [r for r in caplog.records if "rebuilding" in r.getMessage()]
+        assert again._backend.params["R"] == 32
+        np.testing.assert_array_equal(again._backend._adj[: len(x)], adj)
+        after = again.search(q, k=10)
+        np.testing.assert_array_equal(before[0], after[0])
+        again.add(x[:20] * 0.5, [f"new{j}" for j in range(20)])  # inserts keep its degree
+        assert int(again._backend._deg[: again._backend._n].max()) <= 48
+    finally:
+        again.close()
+
+
 def test_concurrent_searches_agree_with_a_serial_run(big):
     x, q, truth, _, graph = big
     serial = graph.search(q, k=10)
