@@ -537,7 +537,7 @@ class HyperbolicIndex:
             self._check_open()
             # levels by this index's cones: kept like the entailment candidates (a
             # function of the cones alone) without a filter; only the labels holding
-            # items matter, tested on their points alone (LabelCones.held_among)
+            # items matter, tested on their points alone (Holders.held, kept per state)
             own = getattr(descendants_of, "__self__", None) is (self._cones or object())
             key = None
             if f is None and la is None and own:

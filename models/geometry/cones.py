@@ -439,10 +439,6 @@ def _np_unit_angle(ux, zx, uy, zy) -> np.ndarray:
     return np.where(zx | zy, 0.0, a)
 
 
-def _np_origin_angle(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    return _np_unit_angle(*_np_unit(x), *_np_unit(y))
-
-
 def _np_ganea_psi(x: np.ndarray, c: float, K: float) -> np.ndarray:
     rz = _inner_z(K)
     t = math.sqrt(c) * _np_norm(x)
@@ -476,13 +472,9 @@ def aperture_np(x, spec: dict[str, Any], *, c: float) -> np.ndarray:
 
 
 def membership_margin_np(x, y, spec: dict[str, Any], *, c: float) -> np.ndarray:
-    """numpy float64 twin of :func:`membership_margin` (broadcasting over leading dims)."""
-    p = _params(spec)
-    x, y = _np_points(x), _np_points(y)
-    c = float(c)
-    if spec["family"] == "ganea":
-        return _np_ganea_psi(x, c, p["K"]) - _np_ganea_angle(x, y, c)
-    return _np_cap_aperture(x, c, **p) - _np_origin_angle(x, y) - _np_cap_aperture(y, c, **p)
+    """numpy float64 twin of :func:`membership_margin` (broadcasting over leading dims):
+    :func:`margin_to_targets_np` of ``y``'s :func:`margin_targets_np`."""
+    return margin_to_targets_np(x, margin_targets_np(y, spec, c=c), spec, c=c)
 
 
 def margin_targets_np(y, spec: dict[str, Any], *, c: float) -> tuple:
