@@ -224,10 +224,14 @@ class IndexSpace(ABC):
         """``(kind, dim, curvature)`` of every factor (the ball: one factor)."""
 
     def kernel_table(self):
-        """The factor table of :func:`models.geometry.kernels.factor_table`."""
-        from models.geometry import kernels
+        """The factor table of :func:`models.geometry.kernels.factor_table` (made once:
+        a space does not change)."""
+        table = self.__dict__.get("_kernel_table")
+        if table is None:
+            from models.geometry import kernels
 
-        return kernels.factor_table(self.factors)
+            table = self.__dict__["_kernel_table"] = kernels.factor_table(self.factors)
+        return table
 
     def kernel_gaps(self, x: np.ndarray) -> np.ndarray:
         """Per-factor gaps ``(n, F)`` of :func:`models.geometry.kernels.gaps`."""

@@ -117,11 +117,13 @@ def search_size(table: ItemTable, k: int, allowed: np.ndarray | None) -> tuple[i
 
 
 class ProxyCache:
-    """The space's ranking-proxy data for every slot of a table (float32),
-    appended to as the table grows (slots are never rewritten)."""
+    """The space's ranking-proxy data for every slot of a table (float32), or what
+    ``prepare`` (float64 rows ``(n, d)`` -> a tuple of arrays of ``n`` rows) makes
+    of them, appended to as the table grows (slots are never rewritten)."""
 
-    def __init__(self, space: IndexSpace) -> None:
+    def __init__(self, space: IndexSpace, prepare=None) -> None:
         self.space = space
+        self.prepare = space.proxy_prepare if prepare is None else prepare
         self.data: tuple[np.ndarray, ...] | None = None
         self.n = 0
 
@@ -131,10 +133,10 @@ class ProxyCache:
     def sync(self, table: ItemTable) -> tuple[np.ndarray, ...]:
         n = table.n_slots
         if self.data is None or self.n > n:
-            new = self.space.proxy_prepare(table.vectors[:n])
+            new = self.prepare(table.vectors[:n])
             self.data = tuple(_with_capacity(a, max(n, 16)) for a in new)
         elif self.n < n:
-            new = self.space.proxy_prepare(table.vectors[self.n : n])
+            new = self.prepare(table.vectors[self.n : n])
             grown = []
             for old, part in zip(self.data, new, strict=True):
                 if len(old) < n:

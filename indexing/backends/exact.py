@@ -1,12 +1,12 @@
 """Exact backend: a full scan, the reference.
 
-Candidates are selected with the space's float32 ranking proxy (for the
-Poincaré ball the arcosh argument up to a per-query factor, from coordinate
-differences) -- in float64 for *deep* queries (gap below
-:data:`models.geometry.ranking.DEEP_GAP`, where float32 cannot rank) --
-``max(4k, k+32)`` per query, then re-ranked in float64 with
-``models.geometry``.  The scan runs in chunks of queries so the key matrix stays
-around 64 MB.
+Every query scans the live slots (or the allowed ones) in one compiled kernel
+(:func:`._graph_kernels.scan_topk`, no GIL held): the ``max(4k, k+32)`` nearest
+by the ball's monotone float64 key ``|q - x|^2 / g(x)`` (a product space: the
+exact distance), from coordinate differences (never the cancelling
+``|x|^2 + |q|^2 - 2<x, q>``, so points at the boundary rank as well as any),
+re-ranked by the compiled exact distance of ``models.geometry.kernels`` that
+every backend returns.  The items' gaps ``g`` are kept per slot.
 """
 
 from __future__ import annotations
@@ -17,26 +17,15 @@ import numpy as np
 
 from ..geometry import IndexSpace
 from ..table import ItemTable
-from .base import EMPTY, Backend, ProxyCache, empty_answer, merge_topk, rerank
+from . import _graph_kernels as K
+from .base import Backend, ProxyCache, empty_answer, merge_topk
 
 __all__ = ["ExactBackend", "exact_search", "n_candidates", "with_deep_scan"]
 
-_KEY_BUDGET = 1 << 24  # float32 keys per chunk (64 MB)
-
 
 def n_candidates(k: int, n: int) -> int:
-    """How many proxy-ranked candidates are re-ranked exactly."""
+    """How many candidates by the ranking key are re-ranked exactly."""
     return min(n, max(4 * k, k + 32))
-
-
-def _smallest(keys: np.ndarray, m: int) -> np.ndarray:
-    """Column indices of the ``m`` smallest keys of each row (unordered)."""
-    import torch
-
-    from ..geometry import torch_threads
-
-    with torch_threads():
-        return torch.topk(torch.from_numpy(keys), m, dim=1, largest=False, sorted=False)[1].numpy()
 
 
 class ExactBackend(Backend):
@@ -46,97 +35,74 @@ class ExactBackend(Backend):
         super().__init__(space)
         if params:
             raise TypeError(f"exact backend: unknown parameters {sorted(params)}")
-        self._proxy = ProxyCache(space)
+        # the gaps of every slot (models.geometry.kernels.gaps)
+        self._gaps = ProxyCache(space, prepare=lambda x: (space.kernel_gaps(x),))
 
     @property
     def params(self) -> dict[str, Any]:
         return {}
 
     def build(self, table: ItemTable) -> None:
-        self._proxy.reset()
-        self._proxy.sync(table)
+        self._gaps.reset()
+        self._gaps.sync(table)
 
     def add(self, table: ItemTable, slots: np.ndarray) -> None:
-        self._proxy.sync(table)
+        self._gaps.sync(table)
 
     def remove(self, table: ItemTable, slots: np.ndarray) -> None:
         pass  # table.alive masks them
 
     def search(self, table, queries, k, *, allowed=None, ef=None):
-        prepared = self._proxy.view(table)  # kept in sync by build/add (write lock)
-        return exact_search(self.space, table, prepared, queries, k, allowed=allowed)
+        prepared = self._gaps.view(table)  # kept in sync by build/add (write lock)
+        gaps = None if prepared is None else prepared[0]
+        return exact_search(self.space, table, gaps, queries, k, allowed=allowed)
 
     def nbytes(self) -> int:
-        return self._proxy.nbytes()
+        return self._gaps.nbytes()
 
 
 def exact_search(
     space: IndexSpace,
     table: ItemTable,
-    prepared: tuple[np.ndarray, ...] | None,
+    gaps: np.ndarray | None,
     queries: np.ndarray,
     k: int,
     *,
     allowed: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Exact k-NN over the live slots (or ``allowed``, a sorted array of live
-    slots) of ``table``.
+    slots) of ``table``: ``(slots, distances)`` of shape ``(q, k)``.
 
-    ``prepared``: the proxy data of every slot (:class:`ProxyCache`), or
-    ``None`` to prepare just the rows scanned.
+    ``gaps``: the kernel gaps of every slot (``space.kernel_gaps`` of the table's
+    vectors), or ``None`` to compute those of the rows scanned.
     """
+    rows = table.live_slots() if allowed is None else np.asarray(allowed, dtype=np.int64)
     q = len(queries)
-    dead = None
-    full = allowed is None and prepared is not None
-    if full:
-        # scan every slot, masking the holes (no copy of the prepared data)
-        n_slots = table.n_slots
-        rows = np.arange(n_slots, dtype=np.int64)
-        sub = tuple(p[:n_slots] for p in prepared)
-        n_live = table.n_alive
-        if n_live < n_slots:
-            dead = ~table.alive[:n_slots]
-    else:
-        rows = table.live_slots() if allowed is None else np.asarray(allowed, dtype=np.int64)
-        n_live = len(rows)
-        if prepared is not None:
-            sub = space.proxy_take(prepared, rows)
-        else:
-            sub = space.proxy_prepare(table.vectors[rows])
-    n = len(rows)
-    k = min(k, n_live)
+    k = min(k, len(rows))
     if q == 0 or k == 0:
         return empty_answer(q, k)
-    m = n_candidates(k, n_live)
+    if gaps is not None:  # every slot's row and gaps: scan the slots themselves
+        xt, gt, slots = table.vectors, gaps, rows
+    else:  # the rows scanned only, renumbered
+        xt = np.ascontiguousarray(table.vectors[rows])
+        gt, slots = space.kernel_gaps(xt), np.arange(len(rows), dtype=np.int64)
+    q64 = np.ascontiguousarray(queries, dtype=np.float64)
     out_s = np.empty((q, k), dtype=np.int64)
     out_d = np.empty((q, k), dtype=np.float64)
-    deep_q = space.deep(queries)
-    groups = [(np.nonzero(~deep_q)[0], False), (np.nonzero(deep_q)[0], True)]
-    for sel, wide in groups:
-        if len(sel) == 0:
-            continue
-        qb = max(1, min(len(sel), (_KEY_BUDGET // (2 if wide else 1)) // max(n, 1)))
-        x64 = None
-        if wide:
-            x64 = table.vectors[:n] if full else table.vectors[rows]
-        for a in range(0, len(sel), qb):
-            part_q = queries[sel[a : a + qb]]
-            if wide:  # a deep query: float32 cannot rank its neighbourhood
-                keys = space.proxy_keys64(part_q, x64)
-            else:
-                keys = space.proxy_keys(part_q, sub)
-            if dead is not None:
-                keys[:, dead] = np.inf
-            if m < n:
-                part = _smallest(keys, m)
-            else:
-                part = np.broadcast_to(np.arange(n), (len(keys), n))
-            cand = rows[part]
-            if dead is not None:
-                cand = np.where(table.alive[cand], cand, EMPTY)
-            s, d = rerank(space, table, part_q, cand, k)
-            out_s[sel[a : a + qb]] = s
-            out_d[sel[a : a + qb]] = d
+    K.scan_topk(
+        q64,
+        space.kernel_gaps(q64),
+        xt,
+        gt,
+        slots,
+        *space.kernel_table(),
+        n_candidates(k, len(rows)),
+        k,
+        out_s,
+        out_d,
+    )
+    if gaps is None:
+        out_s = np.where(out_s >= 0, rows[np.maximum(out_s, 0)], out_s)
     return out_s, out_d
 
 

@@ -178,6 +178,39 @@ def test_a_sharded_runtime_answers_a_batch_as_one_index_with_a_call_a_shard(rt, 
     assert sum(len(c) == 3 for c in others) == 4  # the windows 5, 10, 11 and 17
 
 
+def test_answer_json_is_the_models_json_byte_for_byte(rt):
+    """answer_json writes plain dicts; the bytes are those of the validated SearchOut
+    (every mode, windows, groups, with vectors and payloads, a label query's null
+    levels), and an answer the models refuse is refused as they refuse it."""
+    import pydantic
+
+    from service import searching
+    from service.pipeline import answer_json, answer_model
+
+    extra = [
+        searching.Query(label="footwear", k=6, mode="entailment", group_by="children"),
+        searching.Query(label="sneaker", k=4, with_vector=True, with_payload=True),
+        searching.Query(vector=_queries(rt)[1].vector, k=3, with_payload=True),
+    ]
+    answers = [a for a in searching.search_many(rt, _queries(rt) + extra)]
+    answers = [a for a in answers if isinstance(a, searching.Answer)]
+    assert len(answers) == 17
+    # this fixture's images lie outside the cones (no groups): groups of real hits
+    a, b = answers[5], answers[-2]
+    grouped = searching.Answer(a.query_label, a.query_vector, a.query_radius, [], None)
+    grouped.groups = [searching.Group("sneaker", 7, a.hits), searching.Group("x", 2, b.hits)]
+    grouped.mode = "entailment"
+    answers.append(grouped)
+    assert any(h.extra and "payload" in h.extra for a in answers for h in a.hits)
+    for a in answers:
+        want = answer_model(rt, a).model_dump_json(exclude_unset=True).encode()
+        assert answer_json(rt, a) == want
+    bad = answers[0]
+    bad.hits[0].score = float("nan")
+    with pytest.raises(pydantic.ValidationError):
+        answer_json(rt, bad)
+
+
 def test_search_many_keeps_any_failure_to_its_own_query(rt):
     """Errors that are not ApiErrors (the index refusing k = 0, a point of the wrong
     dimension) fail their own query only; the rest of the batch is answered."""

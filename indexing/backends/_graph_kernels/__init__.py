@@ -33,7 +33,7 @@ it still routes searches, it is never returned).
 from .insert import insert_batch, link_groups, region_order
 from .proxy import MODE_BALL, MODE_PRODUCT, metric, rerank_bound
 from .repair import bfs_order, reachable, repair
-from .search import brute_topk, search_batch
+from .search import brute_topk, scan_topk, search_batch
 
 __all__ = [
     "MODE_BALL",
@@ -47,5 +47,6 @@ __all__ = [
     "region_order",
     "repair",
     "rerank_bound",
+    "scan_topk",
     "search_batch",
 ]

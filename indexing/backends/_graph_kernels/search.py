@@ -277,6 +277,71 @@ def search_batch(
     return stamp
 
 
+@njit(nogil=True, cache=True)
+def scan_topk(q64, gq, xt, gt, slots, kinds, starts, curv, m, k, out_s, out_d):
+    """The exact backend's search: every query's ``k`` nearest ``slots`` with their
+    distances (ascending, ties by slot; ``-1`` / ``inf`` past the last).  The
+    ``m >= k`` nearest by the ball's monotone float64 key ``|q - x|^2 / g(x)``
+    (a product space: by the exact distance, :func:`brute_topk`), then re-ranked
+    by the compiled exact distance every backend returns, so a rounding
+    difference between the key and the distance cannot change the answer.  The
+    rows are read block by block (:data:`_BRUTE_BLOCK`) by every query, each
+    block's keys computed apart from the selection (the key loop vectorises)."""
+    nq = q64.shape[0]
+    n = slots.shape[0]
+    cand_d = np.empty((nq, m), dtype=np.float64)
+    cand = np.empty((nq, m), dtype=np.int64)
+    if kinds.shape[0] == 1 and kinds[0] == _POINCARE:
+        mq = np.zeros(nq, dtype=np.int64)
+        buf = np.empty(_BRUTE_BLOCK, dtype=np.float64)
+        for b0 in range(0, n, _BRUTE_BLOCK):
+            b1 = min(n, b0 + _BRUTE_BLOCK)
+            for i in range(nq):
+                _ball_keys(q64, i, xt, gt, slots, b0, b1, buf)
+                td = cand_d[i]
+                ts = cand[i]
+                mi = mq[i]
+                for j in range(b0, b1):
+                    dk = buf[j - b0]
+                    if mi == m and dk > td[m - 1]:
+                        continue
+                    mi = _into_topk(td, ts, mi, m, dk, slots[j])
+                mq[i] = mi
+        for i in range(nq):
+            for j in range(mq[i], m):
+                cand[i, j] = -1
+    else:
+        brute_topk(q64, gq, xt, gt, slots, kinds, starts, curv, m, cand)
+    top_d = np.empty(k, dtype=np.float64)
+    top_s = np.empty(k, dtype=np.int64)
+    for i in range(nq):
+        mi = 0
+        for j in range(m):
+            s = cand[i, j]
+            if s < 0:
+                break
+            d = _exact_dist(q64, i, gq, xt, s, gt, kinds, starts, curv)
+            if d != d:
+                continue
+            mi = _into_topk(top_d, top_s, mi, k, d, s)
+        for j in range(k):
+            if j < mi:
+                out_s[i, j] = top_s[j]
+                out_d[i, j] = top_d[j]
+            else:
+                out_s[i, j] = -1
+                out_d[i, j] = np.inf
+
+
+@njit(nogil=True, cache=True, fastmath=True)
+def _ball_keys(q64, i, xt, gt, slots, b0, b1, buf):
+    """``buf[j - b0]`` = the ball's key ``|q_i - x|^2 / g(x)`` of the rows
+    ``slots[b0:b1]`` (``fastmath``: a ranking's order, re-ranked exactly after)."""
+    for j in range(b0, b1):
+        s = slots[j]
+        buf[j - b0] = _sqdist(q64, i, xt, s) / gt[s, 0]
+
+
 @njit(nogil=True, cache=True, fastmath=True)
 def _ball_block(q64, i, xt, gt, slots, b0, b1, td, ts, mi, k):
     """Query ``i`` against the rows ``slots[b0:b1]`` of the ball: the keys
