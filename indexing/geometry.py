@@ -8,9 +8,9 @@ torch); the exact float64 distances are ``models.geometry.poincare`` and
 ``models.geometry.product``, imported lazily (with torch) on the first exact
 distance, so a process that only writes to a store starts fast.
 
-* the ranking proxy selects candidates (float32, or float64 for a deep query:
-  :meth:`IndexSpace.proxy_keys64`); they are re-ranked in float64 by the exact
-  distance;
+* the ranking proxy selects candidates (float32 rows of a graph's or HNSW's
+  candidates: :meth:`IndexSpace.proxy_rows`); they are re-ranked in float64 by the
+  exact distance (the exact backend scans in float64, compiled);
 * the HNSW and graph backends keep deep items out of a float32 graph and scan
   them in float64;
 * :meth:`PoincareIndexSpace.euclidean_ball` (where the HNSW backend aims its
@@ -195,11 +195,7 @@ class IndexSpace(ABC):
     # -- ranking proxy (float32) --------------------------------------------
     @abstractmethod
     def proxy_prepare(self, x: np.ndarray):
-        """Per-item data for :meth:`proxy_keys` from float64 items ``(m, d)``."""
-
-    @abstractmethod
-    def proxy_keys(self, q: np.ndarray, prepared) -> np.ndarray:
-        """float32 keys ``(n, m)`` ordered like the distances from ``q[i]``."""
+        """Per-item data for :meth:`proxy_rows` from float64 items ``(m, d)``."""
 
     @abstractmethod
     def proxy_rows(self, q: np.ndarray, rows) -> np.ndarray:
@@ -208,10 +204,6 @@ class IndexSpace(ABC):
     @abstractmethod
     def deep(self, x: np.ndarray) -> np.ndarray:
         """Boolean mask of the rows too close to the boundary for float32 ranking."""
-
-    @abstractmethod
-    def proxy_keys64(self, q: np.ndarray, x: np.ndarray) -> np.ndarray:
-        """float64 keys ``(n, m)`` from float64 items ``(m, d)`` (for deep queries)."""
 
     def proxy_take(self, prepared, rows: np.ndarray):
         """The prepared data of a subset of items."""
@@ -290,20 +282,10 @@ class PoincareIndexSpace(IndexSpace):
     def deep(self, x: np.ndarray) -> np.ndarray:
         return ranking.is_deep(x, self.c)
 
-    def proxy_keys64(self, q: np.ndarray, x: np.ndarray) -> np.ndarray:
-        x = np.ascontiguousarray(x, dtype=np.float64)
-        with torch_threads():
-            return ranking.proxy_keys(q, x, self.proxy_weight(x))
-
     def proxy_prepare(self, x: np.ndarray):
         # w from the float64 coordinates, stored as float32
         x = np.asarray(x, dtype=np.float64)
         return (x.astype(np.float32), self.proxy_weight(x).astype(np.float32))
-
-    def proxy_keys(self, q: np.ndarray, prepared) -> np.ndarray:
-        x32, w = prepared
-        with torch_threads():
-            return ranking.proxy_keys(q, x32, w)
 
     def proxy_rows(self, q: np.ndarray, rows) -> np.ndarray:
         x32, w = rows  # (n, m, d), (n, m)
@@ -384,20 +366,12 @@ class ProductIndexSpace(IndexSpace):
     def proxy_prepare(self, x: np.ndarray):
         return (np.asarray(x, dtype=np.float32),)
 
-    def proxy_keys(self, q: np.ndarray, prepared) -> np.ndarray:
-        (x32,) = prepared
-        d = _on_torch(self.ps.pairwise_dist, q, x32, dtype=np.float32)
-        return np.nan_to_num(d.astype(np.float32, copy=False), nan=np.inf)
-
     def deep(self, x: np.ndarray) -> np.ndarray:
         x = np.asarray(x, dtype=np.float64)
         out = np.zeros(len(x), dtype=bool)
         for _, f, part in self._ball_parts(x):
             out |= ranking.is_deep(part, f.curvature)
         return out
-
-    def proxy_keys64(self, q: np.ndarray, x: np.ndarray) -> np.ndarray:
-        return self.pairwise(q, x)
 
     def proxy_rows(self, q: np.ndarray, rows) -> np.ndarray:
         (x32,) = rows

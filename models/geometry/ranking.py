@@ -2,8 +2,8 @@ r"""The Poincaré ball as the index ranks it: membership, gap, deep test, proxy.
 
 One place for the plain float64 arithmetic that decides which points an index
 accepts and how it orders candidates before the exact re-ranking by
-:func:`models.geometry.poincare.dist`.  numpy only (torch is imported on the
-first :func:`proxy_keys` call), so ``indexing`` can import it without torch;
+:func:`models.geometry.poincare.dist`.  numpy only, so ``indexing`` can
+import it without torch;
 the constants are plain floats and :func:`arcosh1p` plain scalar ``math``, so
 the numba kernels of ``indexing.backends`` compile them in.
 
@@ -29,7 +29,7 @@ the numba kernels of ``indexing.backends`` compile them in.
 
       \operatorname{key}(q, x) = \|x - q\|^2\, w(x),\qquad w(x) = 1/g(x)
 
-  (:func:`proxy_weight`, :func:`proxy_keys`, :func:`proxy_key_rows`) orders
+  (:func:`proxy_weight`, :func:`proxy_key_rows`) orders
   the items like the geodesic distance from :math:`q` does: the arcosh
   argument is :math:`z = 2c\operatorname{key}(q, x)\,w(q)`
   (:func:`key_to_arg`, the correction from proxy to distance) and
@@ -56,7 +56,6 @@ __all__ = [
     "is_deep",
     "key_to_arg",
     "proxy_key_rows",
-    "proxy_keys",
     "proxy_weight",
     "sqnorm",
 ]
@@ -100,20 +99,6 @@ def proxy_weight(x, c: float) -> np.ndarray:
     Always from float64 coordinates: float32 coordinates of a point very near
     the boundary may round onto the sphere."""
     return 1.0 / fast_gap(x, c)
-
-
-def proxy_keys(q: np.ndarray, x: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """Keys ``(n, m)`` of queries ``q (n, d)`` against items ``x (m, d)`` with
-    weights ``w (m,)``, in the dtype of the inputs (``torch.cdist`` on the
-    differences; the caller sets torch's threads)."""
-    import torch
-
-    e = torch.cdist(
-        torch.from_numpy(np.ascontiguousarray(q, dtype=x.dtype)),
-        torch.from_numpy(np.ascontiguousarray(x)),
-        compute_mode="donot_use_mm_for_euclid_dist",
-    )
-    return (e.square_() * torch.from_numpy(np.ascontiguousarray(w))[None, :]).numpy()
 
 
 def proxy_key_rows(q: np.ndarray, x: np.ndarray, w: np.ndarray) -> np.ndarray:
