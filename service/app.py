@@ -248,6 +248,9 @@ def create_app(
         description=DESCRIPTION,
         lifespan=lifespan,
         docs_url=None if swagger else "/docs",
+        # metrics are Prometheus's (/metrics); FastAPI's OpenTelemetry hooks asked
+        # for a tracer provider on every request
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     if swagger:  # /docs without a CDN: the machine may be offline
         app.mount("/static/swagger", StaticFiles(directory=swagger), name="swagger")

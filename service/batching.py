@@ -9,7 +9,11 @@ that caller's place. Under load, batches fill without waiting; a lone request
 waits ``max_wait`` at most (``0``: batches are whatever queued meanwhile).
 
 Async routes ``await batcher.run(item)``: no thread-pool hop per request, the
-event loop keeps reading requests while the worker computes.
+event loop keeps reading requests while the worker computes.  Their results go
+back as one callback on the loop per batch (``call_soon_threadsafe``: one wake-up
+of the loop, not one a request), into plain asyncio futures (a
+``concurrent.futures.Future`` per request, with its lock and condition, cost the
+loop more than the search of a small index).
 """
 
 from __future__ import annotations
@@ -58,7 +62,8 @@ class MicroBatcher:
         self.max_size = int(max_size)
         self.max_wait = float(max_wait)
         self._on_batch = on_batch
-        self._q: queue.SimpleQueue[tuple[np.ndarray, Future] | None] = queue.SimpleQueue()
+        # (item, future, its event loop or None for a concurrent future)
+        self._q: queue.SimpleQueue[tuple | None] = queue.SimpleQueue()
         self._closed = False
         self._threads = [
             threading.Thread(target=self._run, name=f"{name}-{j}" if j else name, daemon=True)
@@ -72,12 +77,17 @@ class MicroBatcher:
         if self._closed:
             raise BatcherClosed("the embedding worker is stopped")
         fut: Future = Future()
-        self._q.put((image, fut))
+        self._q.put((image, fut, None))
         return fut
 
     async def run(self, item):
         """The item's result, awaited on the event loop (no thread of the caller blocks)."""
-        return await asyncio.wrap_future(self.submit(item))
+        if self._closed:
+            raise BatcherClosed("the embedding worker is stopped")
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        self._q.put((item, fut, loop))
+        return await fut
 
     def close(self) -> None:
         if not self._closed:
@@ -117,31 +127,65 @@ class MicroBatcher:
                 break
             if item is None:
                 stops += 1
-            elif not item[1].done():
-                item[1].set_exception(BatcherClosed("the embedding worker is stopped"))
+            else:
+                _settle([(item, BatcherClosed("the embedding worker is stopped"), True)])
         for _ in range(stops):
             self._q.put(None)
 
-    def _process(self, batch: list[tuple[np.ndarray, Future]]) -> None:
-        live = [(im, f) for im, f in batch if f.set_running_or_notify_cancel()]
+    def _process(self, batch: list[tuple]) -> None:
+        live = [e for e in batch if _start(e)]
         if not live:
             return
         t0 = time.perf_counter()
         try:
-            z = self._embed([im for im, _ in live])
+            z = self._embed([e[0] for e in live])
         except Exception as e:  # noqa: BLE001 - handed to every caller of the batch
             log.exception("embedding a batch of %d failed", len(live))
-            for _, f in live:
-                f.set_exception(e)
+            _settle([(entry, e, True) for entry in live])
             return
         seconds = time.perf_counter() - t0
-        for j, (_, f) in enumerate(live):
-            if isinstance(z[j], BaseException):
-                f.set_exception(z[j])
-            else:
-                f.set_result(z[j])
+        _settle([(e, z[j], isinstance(z[j], BaseException)) for j, e in enumerate(live)])
         if self._on_batch is not None:
             try:
                 self._on_batch(len(live), seconds)
             except Exception:  # noqa: BLE001 - metrics never break inference
                 log.exception("batch metrics callback failed")
+
+
+def _start(entry) -> bool:
+    """Whether the caller of a queued entry still waits (a concurrent future is
+    marked running; a cancelled one, or an awaited one cancelled, is dropped)."""
+    _, fut, loop = entry
+    if loop is None:
+        return fut.set_running_or_notify_cancel()
+    return not fut.done()
+
+
+def _settle(results: list[tuple]) -> None:
+    """Hand each ``(entry, value, is_exception)`` to its caller: concurrent futures
+    here, asyncio futures by one callback on each loop."""
+    loops: dict = {}
+    for (_, fut, loop), value, failed in results:
+        if loop is None:
+            if failed:
+                fut.set_exception(value)
+            else:
+                fut.set_result(value)
+        else:
+            loops.setdefault(loop, []).append((fut, value, failed))
+    for loop, items in loops.items():
+        try:
+            loop.call_soon_threadsafe(_resolve, items)
+        except RuntimeError:  # the loop is closed: nobody awaits them any more
+            pass
+
+
+def _resolve(items: list[tuple]) -> None:
+    """On the loop: set each awaited future (unless its caller gave up)."""
+    for fut, value, failed in items:
+        if fut.done():
+            continue
+        if failed:
+            fut.set_exception(value)
+        else:
+            fut.set_result(value)
