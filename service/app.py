@@ -35,6 +35,7 @@ from .errors import ApiError
 from .fastpath import SearchFastPath, route_of
 from .imaging import EncodedPicture
 from .jobs import JobManager
+from .lane import Lane
 from .observability import Metrics, RequestMiddleware, setup_logging
 from .routes import collections, items, jobs, labels, ops, page, points, search, snapshots
 from .routes.errors import install_error_handlers
@@ -276,25 +277,26 @@ def create_app(
     app.include_router(collections.router)
     app.include_router(snapshots.router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    requests = {
+        "metrics": metrics,
+        "max_body": settings.max_upload_bytes + MULTIPART_SLACK,
+        "max_json": settings.max_json_bytes,
+        "max_batch_json": settings.max_batch_bytes,
+        "max_search_batch_json": settings.max_search_batch_bytes,
+        "api_key": None if settings.api_key is None else settings.api_key.get_secret_value(),
+    }
+    app.state.lane = None  # service.lane: what `hypsearch serve` answers below ASGI
     if settings.search_fast_path:  # inside RequestMiddleware (added last: outermost)
-        routes = {
-            r.path: r
-            for r in (*search.router.routes, *per_collection.routes)
-            if "POST" in r.methods and route_of(r.path) is not None
+        fast = {
+            "services": services,
+            "max_body": settings.max_upload_bytes + MULTIPART_SLACK,
+            "routes": {
+                r.path: r
+                for r in (*search.router.routes, *per_collection.routes)
+                if "POST" in r.methods and route_of(r.path) is not None
+            },
         }
-        app.add_middleware(
-            SearchFastPath,
-            services=services,
-            max_body=settings.max_upload_bytes + MULTIPART_SLACK,
-            routes=routes,
-        )
-    app.add_middleware(
-        RequestMiddleware,
-        metrics=metrics,
-        max_body=settings.max_upload_bytes + MULTIPART_SLACK,
-        max_json=settings.max_json_bytes,
-        max_batch_json=settings.max_batch_bytes,
-        max_search_batch_json=settings.max_search_batch_bytes,
-        api_key=None if settings.api_key is None else settings.api_key.get_secret_value(),
-    )
+        app.add_middleware(SearchFastPath, **fast)
+        app.state.lane = Lane(SearchFastPath(None, **fast), RequestMiddleware(None, **requests))
+    app.add_middleware(RequestMiddleware, **requests)
     return app

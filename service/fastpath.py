@@ -135,37 +135,16 @@ class SearchFastPath:
         self.routes = routes or {}
 
     async def __call__(self, scope, receive, send):
-        got = route_of(scope["path"]) if scope["type"] == "http" else None
-        if got is None or scope["method"] != "POST":
+        claim = self.claim(scope) if scope["type"] == "http" else None
+        if claim is None:
             await self.app(scope, receive, send)
             return
-        template, name = got
-        if template.endswith(PATH[3:]):
-            want, answer = b"application/json", self._search
-        else:
-            want, answer = b"multipart/form-data", self._image_search
-        media, length = _headers(scope["headers"])
-        small = length is not None and length <= self.max_body
-        # a lease on the collection (none while it loads or is being restored: the
-        # route waits then)
-        served = self._lease(name) if media == want and small else None
-        if served is None:
-            await self.app(scope, receive, send)
-            return
-        try:  # the answer under the lease; the route (if it answers) takes its own
-            body = await _read_body(receive)
-            if body is None:  # the client went away
-                return
-            try:
-                payload = await answer(scope, body, served)
-            except Exception:  # noqa: BLE001 - the route runs it again and answers as it does
-                payload = None
-        finally:
-            served.release()
+        payload, body = await self.attempt(scope, receive, claim)
         if payload is None:
-            await self.app(scope, _replay(body, receive), send)
+            if body is not None:  # the route answers (None: the client went away)
+                await self.app(scope, _replay(body, receive), send)
             return
-        route = self.routes.get(template)
+        route = self.routes.get(claim[0])
         if route is not None:
             scope["route"] = route  # RequestMiddleware labels its metrics with it
         await send(
@@ -179,6 +158,44 @@ class SearchFastPath:
             }
         )
         await send({"type": "http.response.body", "body": payload})
+
+    def claim(self, scope):
+        """``(route template, collection name, answer)`` of a request this path may
+        answer (a search of a small JSON or multipart body), else ``None``."""
+        got = route_of(scope["path"])
+        if got is None or scope["method"] != "POST":
+            return None
+        template, name = got
+        if template.endswith(PATH[3:]):
+            want, answer = b"application/json", self._search
+        else:
+            want, answer = b"multipart/form-data", self._image_search
+        media, length = _headers(scope["headers"])
+        if media != want or length is None or length > self.max_body:
+            return None
+        return template, name, answer
+
+    async def attempt(self, scope, receive, claim) -> tuple[bytes | None, bytes | None]:
+        """``(the answer's JSON, the body read)``: the answer ``None`` when the route
+        must answer (the body then replayed to it), the body ``None`` when the client
+        went away before sending it."""
+        template, name, answer = claim
+        # a lease on the collection (none while it loads or is being restored: the
+        # route waits then)
+        served = self._lease(name)
+        if served is None:
+            return None, await _read_body(receive)
+        try:  # the answer under the lease; the route (if it answers) takes its own
+            body = await _read_body(receive)
+            if body is None:  # the client went away
+                return None, None
+            try:
+                payload = await answer(scope, body, served)
+            except Exception:  # noqa: BLE001 - the route runs it again and answers as it does
+                payload = None
+        finally:
+            served.release()
+        return payload, body
 
     def _lease(self, name: str | None):
         """A lease on the default collection (``name`` None) or on the one ``name``

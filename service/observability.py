@@ -220,33 +220,12 @@ class RequestMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        rid = None
-        for k, v in scope.get("headers", ()):
-            if k == b"x-request-id":
-                cand = v.decode("latin-1")
-                rid = cand if _REQUEST_ID_OK.match(cand) else None
-                break
-        rid = rid or f"{_ID_PREFIX}{next(_ID_COUNTER):08x}"
+        rid = request_id_of(scope)
         token = request_id.set(rid)
         t0 = time.perf_counter()
         status = {"code": 500}
 
-        length = None
-        limit, setting = self.max_body, "HYPSEARCH_MAX_UPLOAD_BYTES"
-        for k, v in scope.get("headers", ()):
-            if k == b"content-length":
-                try:
-                    length = int(v)
-                except ValueError:
-                    length = None
-            elif k == b"content-type" and _is_json(v):
-                if scope["path"].endswith("/search/batch"):
-                    limit = self.max_search_batch_json
-                    setting = "HYPSEARCH_MAX_SEARCH_BATCH_BYTES"
-                elif scope["path"].endswith(BATCH_PATHS):
-                    limit, setting = self.max_batch_json, "HYPSEARCH_MAX_BATCH_BYTES"
-                else:
-                    limit, setting = self.max_json, "HYPSEARCH_MAX_JSON_BYTES"
+        length, limit, setting = self.body_limit(scope)
         too_big = length is not None and length > limit
         unauthorized = (
             self.api_key is not None
@@ -259,12 +238,7 @@ class RequestMiddleware:
         async def send_wrapper(message):
             if message["type"] == "http.response.start":
                 status["code"] = message["status"]
-                headers = list(message.get("headers", []))
-                headers.append((b"x-request-id", rid.encode()))
-                have = {k.lower() for k, _ in headers}
-                for k, v in SECURITY_HEADERS:
-                    if k not in have:
-                        headers.append((k, DOCS_CSP if docs and k == SECURITY_HEADERS[0][0] else v))
+                headers = response_headers(message.get("headers", []), rid, docs)
                 message = {**message, "headers": headers}
             await send(message)
 
@@ -296,28 +270,72 @@ class RequestMiddleware:
             else:
                 await self.app(scope, receive_wrapper, send_wrapper)
         finally:
-            ms = (time.perf_counter() - t0) * 1000
             route = scope.get("route")
-            template = getattr(route, "path", None) or "unmatched"
-            self.metrics.requests.labels(template, scope["method"], str(status["code"])).observe(
-                ms / 1000
-            )
-            self.log.info(
-                "%s %s %d %.1fms",
-                scope["method"],
-                scope["path"],
-                status["code"],
-                ms,
-                extra={
-                    "method": scope["method"],
-                    "path": scope["path"],
-                    "route": template,
-                    "status": status["code"],
-                    "ms": round(ms, 2),
-                    "request_id": rid,
-                },
-            )
+            self.record(scope, getattr(route, "path", None), status["code"], t0, rid)
             request_id.reset(token)
+
+    def body_limit(self, scope) -> tuple[int | None, int, str]:
+        """``(Content-Length or None, the route's cap, the setting naming it)``."""
+        length = None
+        limit, setting = self.max_body, "HYPSEARCH_MAX_UPLOAD_BYTES"
+        for k, v in scope.get("headers", ()):
+            if k == b"content-length":
+                try:
+                    length = int(v)
+                except ValueError:
+                    length = None
+            elif k == b"content-type" and _is_json(v):
+                if scope["path"].endswith("/search/batch"):
+                    limit = self.max_search_batch_json
+                    setting = "HYPSEARCH_MAX_SEARCH_BATCH_BYTES"
+                elif scope["path"].endswith(BATCH_PATHS):
+                    limit, setting = self.max_batch_json, "HYPSEARCH_MAX_BATCH_BYTES"
+                else:
+                    limit, setting = self.max_json, "HYPSEARCH_MAX_JSON_BYTES"
+        return length, limit, setting
+
+    def record(self, scope, template: str | None, status: int, t0: float, rid: str) -> None:
+        """The request's latency in the histogram and its line in the access log."""
+        ms = (time.perf_counter() - t0) * 1000
+        template = template or "unmatched"
+        self.metrics.requests.labels(template, scope["method"], str(status)).observe(ms / 1000)
+        self.log.info(
+            "%s %s %d %.1fms",
+            scope["method"],
+            scope["path"],
+            status,
+            ms,
+            extra={
+                "method": scope["method"],
+                "path": scope["path"],
+                "route": template,
+                "status": status,
+                "ms": round(ms, 2),
+                "request_id": rid,
+            },
+        )
+
+
+def request_id_of(scope) -> str:
+    """The request's ``X-Request-ID`` when well formed, else a made-up one."""
+    for k, v in scope.get("headers", ()):
+        if k == b"x-request-id":
+            cand = v.decode("latin-1")
+            if _REQUEST_ID_OK.match(cand):
+                return cand
+            break
+    return f"{_ID_PREFIX}{next(_ID_COUNTER):08x}"
+
+
+def response_headers(headers, rid: str, docs: bool = False) -> list[tuple[bytes, bytes]]:
+    """An answer's headers with the request id and the security headers it lacks."""
+    out = list(headers)
+    out.append((b"x-request-id", rid.encode()))
+    have = {k.lower() for k, _ in out}
+    for k, v in SECURITY_HEADERS:
+        if k not in have:
+            out.append((k, DOCS_CSP if docs and k == SECURITY_HEADERS[0][0] else v))
+    return out
 
 
 #: a refused body is read (and dropped) up to this many times the limit, so that

@@ -37,8 +37,10 @@ def serve(settings, *, runtime=None, announce: str | None = None) -> int:
     from service.app import create_app
 
     _check_port(settings.host, settings.port)
+    from service.lane import uvicorn_config
+
     app = create_app(settings, runtime=runtime, owns_runtime=True)
-    config = uvicorn.Config(
+    config = uvicorn_config(
         app,
         host=settings.host,
         port=settings.port,

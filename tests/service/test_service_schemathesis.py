@@ -58,6 +58,7 @@ def server(tmp_path_factory):
     import uvicorn
 
     from service.app import create_app
+    from service.lane import uvicorn_config
     from service.settings import Settings
 
     torch.set_num_threads(1)
@@ -76,8 +77,8 @@ def server(tmp_path_factory):
     )
     app = create_app(s, runtime=rt, owns_runtime=True)
     port = free_port()
-    srv = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", lifespan="on")
+    srv = uvicorn.Server(  # the protocol `hypsearch serve` runs (service.lane)
+        uvicorn_config(app, host="127.0.0.1", port=port, log_level="error", lifespan="on")
     )
     thread = threading.Thread(target=srv.run, daemon=True)
     thread.start()

@@ -282,6 +282,7 @@ class LoopbackServer:
 
         from indexing import HyperbolicIndex
         from service.app import create_app
+        from service.lane import uvicorn_config
         from service.runtime import runtime_for
         from service.settings import Settings
 
@@ -310,8 +311,9 @@ class LoopbackServer:
         self.app = create_app(s, runtime=rt, owns_runtime=True)
         self.url = f"http://127.0.0.1:{free_port()}"
         port = int(self.url.rsplit(":", 1)[1])
+        # the protocol `hypsearch serve` runs (service.lane)
         self.server = uvicorn.Server(
-            uvicorn.Config(self.app, host="127.0.0.1", port=port, log_level="error")
+            uvicorn_config(self.app, host="127.0.0.1", port=port, log_level="error")
         )
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()
