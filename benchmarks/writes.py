@@ -45,10 +45,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(labels: Path, index: Path, log: Path) -> tuple[subprocess.Popen, str]:
+def start_server(
+    labels: Path, index: Path, log: Path, checkout: Path = ROOT
+) -> tuple[subprocess.Popen, str]:
+    """``hypsearch serve`` of the code in ``checkout`` (this one, or another commit's)."""
     port = _free_port()
     env = {
         **os.environ,
+        "PYTHONPATH": str(checkout),
         "HYPSEARCH_API_KEY": KEY,
         "HYPSEARCH_LOG_LEVEL": "WARNING",
         "HYPSEARCH_TORCH_THREADS": "1",
@@ -56,15 +60,21 @@ def start_server(labels: Path, index: Path, log: Path) -> tuple[subprocess.Popen
     logf = open(log, "ab")  # noqa: SIM115 - lives as long as the server
     cmd = [sys.executable, "-m", "service.cli", "serve", "--labels", str(labels)]
     cmd += ["--index", str(index), "--host", "127.0.0.1", "--port", str(port)]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=logf, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(cmd, cwd=checkout, env=env, stdout=logf, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     wait_ready(proc, url, log)
     return proc, url
 
 
+#: items carry payloads (``--no-payloads``: for commits before payloads existed)
+PAYLOADS = True
+
+
 def _item(rng, dim: int, item_id: str, j: int) -> dict:
     d = rng.standard_normal(dim)
     v = d / np.linalg.norm(d) * rng.uniform(0.1, 0.8)
+    if not PAYLOADS:
+        return {"id": item_id, "vector": v.tolist(), "label": LABELS[j % len(LABELS)]}
     return {
         "id": item_id,
         "vector": v.tolist(),
@@ -162,8 +172,53 @@ def missing(url: str, ids: list[str]) -> int:
         for a in range(0, len(ids), 5000):
             chunk = ids[a : a + 5000]
             r = c.post("/v1/items/get", json={"ids": chunk})
-            found += len(r.json()["items"])
+            if r.status_code == 200:
+                found += len(r.json()["items"])
+            else:  # a commit without /v1/items/get: one by one
+                found += sum(c.get(f"/v1/items/{i}").status_code == 200 for i in chunk)
     return len(ids) - found
+
+
+def run_checkout(args, checkout: Path) -> tuple[list[dict], list[str], int]:
+    """The plan's rows against a server of ``checkout``'s code, its acknowledged ids,
+    and how many of them are missing afterwards."""
+    import httpx
+
+    commit = subprocess.run(
+        ["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    with tempfile.TemporaryDirectory(prefix="hs-writes-") as tmp:
+        proc, url = start_server(
+            args.labels, Path(tmp) / "index", Path(tmp) / "serve.log", checkout
+        )
+        try:
+            dim = httpx.get(url + "/v1/stats").json()["dim"]
+            rows, acked = [], []
+
+            def items() -> int:
+                return httpx.get(url + "/v1/stats").json()["items"]
+
+            plan = [("single", 1), ("single", 8)]
+            if not args.singles_only:
+                plan += [("batch", 100), ("batch", args.batch)]
+                plan += [("single", 1), ("single", 8)]  # again, over the larger index
+            for kind, n in plan:
+                before = items()
+                if kind == "batch":
+                    row, got = run_batches(url, dim, n, args.seconds)
+                else:
+                    row, got = run_singles(url, dim, n, args.seconds, rnd=len(rows))
+                row["before"] = before
+                row["commit"] = commit
+                rows.append(row)
+                acked += got
+            lost = missing(url, acked)
+        finally:
+            proc.terminate()
+            proc.wait(30)
+    return rows, acked, lost
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -172,50 +227,49 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--labels", type=Path, default=home / "labels.safetensors")
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--batch", type=int, default=1000)
+    ap.add_argument(
+        "--checkout",
+        type=Path,
+        action="append",
+        help="serve the code of this checkout (e.g. a worktree of an earlier commit) "
+        "instead of this one; repeat to compare checkouts one after another",
+    )
+    ap.add_argument(
+        "--singles-only", action="store_true", help="only the single upserts (1 and 8 clients)"
+    )
+    ap.add_argument(
+        "--no-payloads",
+        action="store_true",
+        help="items without payloads (to compare with commits that had none)",
+    )
     add_results_flag(ap, "writes")
     args = ap.parse_args(argv)
+    global PAYLOADS
+    PAYLOADS = not args.no_payloads
     if not args.labels.is_file():
         raise SystemExit(f"--labels {args.labels}: no such file (run hypsearch demo --no-serve)")
-    import httpx
 
     load_before = os.getloadavg()[0]
-    with tempfile.TemporaryDirectory(prefix="hs-writes-") as tmp:
-        proc, url = start_server(args.labels, Path(tmp) / "index", Path(tmp) / "serve.log")
-        try:
-            dim = httpx.get(url + "/v1/stats").json()["dim"]
-            rows, acked = [], []
-
-            def items() -> int:
-                return httpx.get(url + "/v1/stats").json()["items"]
-
-            plan = [("single", 1), ("single", 8), ("batch", 100), ("batch", args.batch)]
-            plan += [("single", 1), ("single", 8)]  # again, over the larger index
-            for kind, n in plan:
-                before = items()
-                if kind == "batch":
-                    row, got = run_batches(url, dim, n, args.seconds)
-                else:
-                    row, got = run_singles(url, dim, n, args.seconds, rnd=len(rows))
-                row["before"] = before
-                rows.append(row)
-                acked += got
-            lost = missing(url, acked)
-        finally:
-            proc.terminate()
-            proc.wait(30)
+    rows, acked, lost = [], [], 0
+    for checkout in args.checkout or [ROOT]:
+        got_rows, got_acked, got_lost = run_checkout(args, checkout.resolve())
+        rows += got_rows
+        acked += got_acked
+        lost += got_lost
     lines = [
-        "| writes | clients | items before | requests | items/s acknowledged | p50 ms | p99 ms "
-        "| errors |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| commit | writes | clients | items before | requests | items/s acknowledged | p50 ms "
+        "| p99 ms | errors |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
         lines.append(
-            f"| {r['kind']} | {r['clients']} | {r['before']:,} | {r['requests']} | "
+            f"| {r['commit']} | {r['kind']} | {r['clients']} | {r['before']:,} | {r['requests']} | "
             f"{r['rate']:,.0f} | {r['p50']:.1f} | {r['p99']:.1f} | {r['errors']} |"
         )
     body = "\n".join(lines) + (
         f"\n\nEvery acknowledged id read back afterwards: {len(acked):,} written, "
-        f"{lost} missing. Load average (1 min) before the run {load_before:.1f}, after "
+        f"{lost} missing. Items {'with' if PAYLOADS else 'without'} payloads. Load "
+        f"average (1 min) before the run {load_before:.1f}, after "
         f"{os.getloadavg()[0]:.1f}.\n\n"
         f"Each answer comes once the write is durable (SQLite WAL, synchronous=FULL: one "
         f"transaction and one fsync per batch; concurrent single upserts share one "

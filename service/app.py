@@ -32,7 +32,7 @@ from .batching import MicroBatcher
 from .collections import Collections, Served
 from .deps import Services
 from .errors import ApiError
-from .fastpath import SearchFastPath, route_of
+from .fastpath import ITEM_ROUTE, SearchFastPath, route_of
 from .imaging import EncodedPicture
 from .jobs import JobManager
 from .lane import Lane
@@ -292,8 +292,9 @@ def create_app(
             "max_body": settings.max_upload_bytes + MULTIPART_SLACK,
             "routes": {
                 r.path: r
-                for r in (*search.router.routes, *per_collection.routes)
-                if "POST" in r.methods and route_of(r.path) is not None
+                for r in (*search.router.routes, *items.router.routes, *per_collection.routes)
+                if ("POST" in r.methods and route_of(r.path) is not None)
+                or ("PUT" in r.methods and r.path.endswith(ITEM_ROUTE[3:]))
             },
         }
         app.add_middleware(SearchFastPath, **fast)

@@ -1,5 +1,6 @@
-"""A lean path for the hottest requests: ``POST /v1/search`` with a JSON body and
-``POST /v1/search/image`` with a small multipart upload, and the same two under
+"""A lean path for the hottest requests: ``POST /v1/search`` with a JSON body,
+``POST /v1/search/image`` with a small multipart upload, ``PUT /v1/items/{id}``
+with a JSON body (a single upsert), and the same under
 ``/v1/collections/{collection}/`` (a collection or an alias).
 
 FastAPI's machinery around one search (routing over every route, the
@@ -22,24 +23,35 @@ service still loading. So every error answer is the route's own (the route runs
 the request again; searches have no side effects), and the fast path only ever
 answers 200s the route would have given. A collection's name that is not valid
 or names nothing, or a collection that is loading or failed, goes to the route
-too (its 404, 422 or 503). ``HYPSEARCH_SEARCH_FAST_PATH=0`` turns it off.
+too (its 404, 422 or 503). An upsert goes to the route unless it carries the API
+key (when one is set) and its body and point check out before anything is
+written; once written, the answer is the route's (an upsert of the same item
+again, should the route ever have to answer it). ``HYPSEARCH_SEARCH_FAST_PATH=0``
+turns it off.
 """
 
 from __future__ import annotations
 
+from functools import partial
 from urllib.parse import parse_qsl
 
 from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 from starlette.requests import Request
 
+from . import searching
 from .collections.names import valid_name
 from .errors import ApiError
+from .observability import has_api_key
 from .pipeline import answer_json, search_picture, search_request
-from .schemas import ImageSearchParams, SearchIn
+from .schemas import ImageSearchParams, ItemIn, SearchIn
 
 PATH = "/v1/search"
 IMAGE_PATH = "/v1/search/image"
+#: ``PUT`` of one item (service.routes.items.put_item)
+ITEMS = "/v1/items/"
+ITEM_ROUTE = "/v1/items/{item_id:path}"
 #: the collection routes' prefix (service.routes.collections.PREFIX), as paths start
 COLLECTIONS = "/v1/collections/"
 COLLECTION_ROUTE = "/v1/collections/{collection}"
@@ -107,6 +119,22 @@ def route_of(path: str) -> tuple[str, str | None] | None:
     return COLLECTION_ROUTE + tail, name
 
 
+def item_route_of(path: str) -> tuple[str, str | None, str] | None:
+    """``(route template, collection name or None, item id)`` of an item's path
+    (``/v1/items/{id}``, or under ``/v1/collections/{name}/``); ``None`` for any
+    other path or an empty id."""
+    name = None
+    if path.startswith(COLLECTIONS):
+        name, sep, rest = path[len(COLLECTIONS) :].partition("/")
+        if not sep or not name:
+            return None
+        path = "/v1/" + rest
+    if not path.startswith(ITEMS) or len(path) == len(ITEMS):
+        return None
+    template = ITEM_ROUTE if name is None else COLLECTION_ROUTE + ITEM_ROUTE[3:]
+    return template, name, path[len(ITEMS) :]
+
+
 def _headers(headers) -> tuple[bytes, int | None]:
     """(media type, content length) from the raw headers; no length when chunked."""
     media, length = b"", None
@@ -162,14 +190,22 @@ class SearchFastPath:
     def claim(self, scope):
         """``(route template, collection name, answer)`` of a request this path may
         answer (a search of a small JSON or multipart body), else ``None``."""
-        got = route_of(scope["path"])
-        if got is None or scope["method"] != "POST":
-            return None
-        template, name = got
-        if template.endswith(PATH[3:]):
-            want, answer = b"application/json", self._search
+        method = scope["method"]
+        if method == "PUT":
+            item = item_route_of(scope["path"])
+            if item is None:
+                return None
+            template, name, item_id = item
+            want, answer = b"application/json", partial(self._upsert, item_id=item_id)
         else:
-            want, answer = b"multipart/form-data", self._image_search
+            got = route_of(scope["path"]) if method == "POST" else None
+            if got is None:
+                return None
+            template, name = got
+            if template.endswith(PATH[3:]):
+                want, answer = b"application/json", self._search
+            else:
+                want, answer = b"multipart/form-data", self._image_search
         media, length = _headers(scope["headers"])
         if media != want or length is None or length > self.max_body:
             return None
@@ -222,6 +258,24 @@ class SearchFastPath:
             return None
         ans = await search_request(self.services.settings, served.searcher, req)
         return answer_json(served.runtime, ans)
+
+    async def _upsert(self, scope, body: bytes, served, item_id: str) -> bytes | None:
+        """The JSON of the upserted item, answered once durable, or ``None`` (before
+        anything is written) to let the route answer; errors raise."""
+        from .routes.items import _upsert, check_user_payload
+
+        key = self.services.settings.api_key
+        if key is not None and not has_api_key(scope, key.get_secret_value().encode()):
+            return None  # the route's 401
+        try:
+            req = ItemIn.model_validate_json(body)
+        except (ValidationError, ValueError):
+            return None
+        rt = served.runtime
+        x = searching.check_vector(rt, req.vector)
+        check_user_payload(req.payload)
+        out = await run_in_threadpool(_upsert, rt, item_id, x, req.label, None, req.payload)
+        return out.model_dump_json().encode()
 
     async def _image_search(self, scope, body: bytes, served) -> bytes | None:
         settings = self.services.settings

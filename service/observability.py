@@ -231,7 +231,7 @@ class RequestMiddleware:
             self.api_key is not None
             and scope["method"] in ("POST", "PUT")
             and scope["path"].endswith(KEYED_BODY_PATHS)
-            and not _has_key(scope, self.api_key)
+            and not has_api_key(scope, self.api_key)
         )
         docs = scope["path"] in ("/docs", "/redoc") or scope["path"].startswith("/static/swagger")
 
@@ -366,7 +366,7 @@ def _too_large(limit: int, setting: str = "HYPSEARCH_MAX_UPLOAD_BYTES") -> str:
     return f"request body is over the limit of {limit:,} bytes ({setting})"
 
 
-def _has_key(scope, key: bytes) -> bool:
+def has_api_key(scope, key: bytes) -> bool:
     """Whether the request carries ``Authorization: Bearer <key>``."""
     for k, v in scope.get("headers", ()):
         if k == b"authorization":

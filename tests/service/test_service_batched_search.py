@@ -343,6 +343,71 @@ def test_fast_path_answers_what_the_route_answers(rt):
             assert (a.status_code, a.content) == (b.status_code, b.content), raw
 
 
+def test_fast_path_upserts_as_the_route_upserts(rt):
+    """PUT /v1/items/{id} with a JSON body: the fast path's answer is the route's, byte
+    for byte (each item written once by each app, then read back), with and without
+    the API key; every refusal is the route's own, and nothing refused is written."""
+    item = rt.index.get("fashion-mnist-test-7")
+    v = (item.vector * 0.5).tolist()
+    good = [
+        {"vector": v, "label": "sneaker"},
+        {"vector": v, "label": "coat", "payload": {"price": 3.5, "tags": ["a", "b"]}},
+        {"vector": v},  # the label predicted
+    ]
+    bad = [
+        {"vector": v, "label": "snekaer"},
+        {"vector": [0.1, 0.2]},
+        {"vector": [0.9] * rt.dim},
+        {"vector": v, "colour": "red"},
+        {"label": "sneaker"},
+    ]
+    key = "fast-path-test-key"
+    for settings in ({}, {"api_key": key}):
+        auth = {"authorization": f"Bearer {key}"} if settings else {}
+        with app_client(rt, **settings) as fast, app_client(
+            rt, search_fast_path=False, **settings
+        ) as slow:
+            for j, body in enumerate(good):
+                a = fast.put(f"/v1/items/fp-{len(settings)}-{j}-a", json=body, headers=auth)
+                b = slow.put(f"/v1/items/fp-{len(settings)}-{j}-b", json=body, headers=auth)
+                assert a.status_code == b.status_code == 200, (a.text, b.text)
+                assert a.content.replace(b"-a", b"-b") == b.content
+                got = fast.get(f"/v1/items/fp-{len(settings)}-{j}-a").json()
+                assert got["label"] == a.json()["label"]
+            for j, body in enumerate(bad):
+                a = fast.put(f"/v1/items/bad-{j}", json=body, headers=auth)
+                b = slow.put(f"/v1/items/bad-{j}", json=body, headers=auth)
+                assert 400 <= a.status_code < 500, body
+                assert (a.status_code, a.content) == (b.status_code, b.content), body
+                assert fast.get(f"/v1/items/bad-{j}").status_code == 404
+            if settings:  # no key, a wrong key: the route's 401, nothing written
+                for h in ({}, {"authorization": "Bearer nope-nope-nope"}):
+                    a = fast.put("/v1/items/nokey", json=good[0], headers=h)
+                    b = slow.put("/v1/items/nokey", json=good[0], headers=h)
+                    assert a.status_code == b.status_code == 401
+                    assert a.json() == b.json()
+                assert fast.get("/v1/items/nokey").status_code == 404
+    # with the route's runtime dependency failing, a 200 came from the fast path
+    from service.deps import get_runtime
+    from service.errors import ApiError
+
+    async def broken():
+        raise ApiError(418, "the route answered")
+
+    with app_client(rt) as c:
+        c.app.dependency_overrides[get_runtime] = broken
+        r = c.put("/v1/items/fp-itself", json=good[1], headers={"X-Request-ID": "w-1"})
+        assert r.status_code == 200 and r.json()["payload"]["price"] == 3.5
+        assert r.headers["x-request-id"] == "w-1"
+        assert c.put("/v1/items/fp-bad", json=bad[0]).status_code == 418
+        r = c.put("/v1/collections/default/items/fp-coll", json=good[0])
+        assert r.status_code == 200 and r.json()["label"] == "gym_shoe.n.01"
+    assert rt.index.get("fp-itself") is not None and rt.index.get("fp-coll") is not None
+    rt.delete(["fp-itself", "fp-coll"])
+    for j in range(len(good)):
+        rt.delete([f"fp-{n}-{j}-{s}" for n in (0, 1) for s in "ab"])
+
+
 def test_fast_path_answers_itself_and_leaves_the_rest_to_the_route(rt):
     """With the route's search dependency failing, what still answers 200 came from
     the fast path; errors and `disk: true` show the route's answer."""
