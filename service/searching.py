@@ -67,7 +67,7 @@ LEVELS = ("cone", "taxonomy")
 IndexCall = tuple[str, tuple, dict]
 
 
-@dataclass
+@dataclass(slots=True)
 class Hit:
     id: str
     distance: float
@@ -372,9 +372,11 @@ def _search(
 
 
 def _nearest_hits(rt: Runtime, ids: np.ndarray, dists: np.ndarray) -> list[Hit]:
+    label_of = rt.label_of
+    scores = (1.0 / (1.0 + np.maximum(dists, 0.0))).tolist()  # nearest_score, vectorised
     return [
-        Hit(i, d, rt.label_of(i), None, None, score=nearest_score(d))
-        for i, d in zip(ids.tolist(), dists.tolist(), strict=True)
+        Hit(i, d, label_of(i), None, None, score=s)
+        for i, d, s in zip(ids.tolist(), dists.tolist(), scores, strict=True)
     ]
 
 
