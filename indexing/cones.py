@@ -137,6 +137,7 @@ class LabelCones:
         self._held: dict[str, frozenset[str]] = {}
         self._apertures: dict[str, float] = {}
         self._holder_table = None  # models.prototypes.holder_table, built at first use
+        self._holder_parts: tuple | None = None  # cones.apex_parts_np of the points, with it
 
     @property
     def family(self) -> str:
@@ -195,6 +196,7 @@ class LabelCones:
     def holding_labels(self, x: np.ndarray) -> list[str | None]:
         """The deepest label whose cone holds each row of ``x`` (float64 ``(n,
         dim)`` points; ``None`` where no root's cone holds it)."""
+        from models.geometry import cones
         from models.prototypes import deepest_holder, holder_table
 
         x = np.ascontiguousarray(x, dtype=np.float64).reshape(-1, self.dim)
@@ -202,6 +204,7 @@ class LabelCones:
             return []
         if self._holder_table is None:  # once: the cones never change
             self._holder_table = holder_table(self.labels, self._children)
+            self._holder_parts = cones.apex_parts_np(self.points, self.spec, c=self.curvature)
         return deepest_holder(
             x,
             self.labels,
@@ -210,6 +213,7 @@ class LabelCones:
             self.spec,
             self.curvature,
             table=self._holder_table,
+            parts=self._holder_parts,
             fallback=lambda rows: [None] * len(rows),
         )
 

@@ -185,11 +185,15 @@ def deepest_holder(
     fallback: Callable[[np.ndarray], list[str]] | None = None,
     tol: float = 0.0,
     table: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+    parts: tuple | None = None,
 ) -> list[str]:
     """The deepest label whose cone holds each point (see the module docstring), (n,) names.
 
     ``table``: :func:`holder_table` of ``label_names`` and ``children_of``, when the
-    caller keeps it (built here otherwise: O(labels), the most of a one-point call).
+    caller keeps it (built here otherwise: O(labels), the most of a one-point call);
+    ``parts``: :func:`models.geometry.cones.apex_parts_np` of ``label_points``, when
+    the caller keeps it (else each level computes those of the children it tests).
+    The points' own parts are computed once, not once a level.
 
     A descent: each level computes the margins of the points still moving
     against the children of their current label only (ties to the first
@@ -210,6 +214,7 @@ def deepest_holder(
         raise ValueError(f"deepest_holder: a table of {len(deg) - 1} labels for {m} labels")
     cur = np.full(len(x), m, dtype=np.int64)
     active = np.flatnonzero(deg[cur] > 0)
+    targets = cones.margin_targets_np(x, spec, c=c)  # the points' parts, once
     budget = max(1, _CHUNK // max(1, lp.shape[1]))  # (point, child) pairs at a time
     for _ in range(m + 1):  # a DAG: every step goes one level deeper
         if len(active) == 0:
@@ -224,7 +229,12 @@ def deepest_holder(
             pt = np.repeat(act, cnt)
             off = np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)
             cand = flat[np.repeat(ptr[cur[act]], cnt) + off]
-            mar = cones.membership_margin_np(lp[cand], x[pt], spec, c=c)
+            apex = (
+                cones.apex_parts_np(lp[cand], spec, c=c)
+                if parts is None
+                else tuple(a[cand] for a in parts)
+            )
+            mar = cones.margin_of_parts_np(apex, tuple(t[pt] for t in targets), spec, c=c)
             held = mar >= -tol
             pt, cand, mar, off = pt[held], cand[held], mar[held], off[held]
             if len(pt):

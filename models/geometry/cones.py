@@ -106,6 +106,8 @@ __all__ = [
     "membership_margin_np",
     "margin_targets_np",
     "margin_to_targets_np",
+    "apex_parts_np",
+    "margin_of_parts_np",
     "origin_angle",
     "pairwise_membership_margin",
     "parse_cone",
@@ -492,10 +494,30 @@ def margin_targets_np(y, spec: dict[str, Any], *, c: float) -> tuple:
 def margin_to_targets_np(x, targets: tuple, spec: dict[str, Any], *, c: float) -> np.ndarray:
     """:func:`membership_margin_np` of ``x`` and the points ``y`` of ``targets =
     margin_targets_np(y, spec, c=c)``: the same values, by the same operations."""
+    return margin_of_parts_np(apex_parts_np(x, spec, c=c), targets, spec, c=c)
+
+
+def apex_parts_np(x, spec: dict[str, Any], *, c: float) -> tuple:
+    """The parts of :func:`membership_margin_np` that depend on the apexes ``x``
+    alone, for :func:`margin_of_parts_np` (``cap``: the apertures and the
+    directions; ``ganea``: the half-apertures and the points). Row by row: the
+    parts of ``x[rows]`` are those of ``x`` indexed by ``rows``, so a fixed set of
+    apexes (the labels) computes them once."""
     p = _params(spec)
     x = _np_points(x)
     c = float(c)
     if spec["family"] == "ganea":
-        return _np_ganea_psi(x, c, p["K"]) - _np_ganea_angle(x, targets[0], c)
+        return (_np_ganea_psi(x, c, p["K"]), x)
+    return (_np_cap_aperture(x, c, **p), *_np_unit(x))
+
+
+def margin_of_parts_np(apex: tuple, targets: tuple, spec: dict[str, Any], *, c: float):
+    """:func:`membership_margin_np` from the apexes' :func:`apex_parts_np` and the
+    points' :func:`margin_targets_np` (broadcasting): the same values, by the same
+    operations."""
+    if spec["family"] == "ganea":
+        psi, x = apex
+        return psi - _np_ganea_angle(x, targets[0], float(c))
+    ap, ux, zx = apex
     uy, zy, ty = targets
-    return _np_cap_aperture(x, c, **p) - _np_unit_angle(*_np_unit(x), uy, zy) - ty
+    return ap - _np_unit_angle(ux, zx, uy, zy) - ty

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -268,6 +269,15 @@ def test_margins_to_prepared_targets_are_the_margins_bit_for_bit(c):
             assert got.tobytes() == want.tobytes()
             held += int((got >= 0).sum())
         assert 0 < held < x.shape[0] * y.shape[0]  # inside and outside were both tested
+        # the apexes' parts computed once and indexed, pairs as deepest_holder makes them
+        apex = cones.apex_parts_np(x.numpy(), spec, c=c)
+        rows = np.arange(x.shape[0]).repeat(y.shape[0])
+        pts = np.tile(np.arange(y.shape[0]), x.shape[0])
+        got = cones.margin_of_parts_np(
+            tuple(a[rows] for a in apex), tuple(t[pts] for t in targets), spec, c=c
+        )
+        want = cones.membership_margin_np(x.numpy()[rows], y.numpy()[pts], spec, c=c)
+        assert got.tobytes() == want.tobytes()
 
 
 def test_cone_spec_format_and_parse():

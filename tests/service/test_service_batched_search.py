@@ -364,9 +364,10 @@ def test_fast_path_upserts_as_the_route_upserts(rt):
     key = "fast-path-test-key"
     for settings in ({}, {"api_key": key}):
         auth = {"authorization": f"Bearer {key}"} if settings else {}
-        with app_client(rt, **settings) as fast, app_client(
-            rt, search_fast_path=False, **settings
-        ) as slow:
+        with (
+            app_client(rt, **settings) as fast,
+            app_client(rt, search_fast_path=False, **settings) as slow,
+        ):
             for j, body in enumerate(good):
                 a = fast.put(f"/v1/items/fp-{len(settings)}-{j}-a", json=body, headers=auth)
                 b = slow.put(f"/v1/items/fp-{len(settings)}-{j}-b", json=body, headers=auth)
