@@ -93,6 +93,49 @@ def test_batches_of_near_duplicates_stay_reachable():
     assert ix._backend.unreachable() == 0
 
 
+def test_single_inserts_skip_the_flood_fill_and_stay_reachable(monkeypatch):
+    """One item at a time into a graph of small degree (lists overflow and hand edges
+    on): the flood fill over every node runs only when an insertion could have cut a
+    node off (new entry points, a hand-off left over), and after every insertion
+    every node is still reachable and every near-duplicate cluster found whole."""
+    from indexing.backends import _graph_kernels as K
+
+    dim = 8
+    base, _ = cloud(4000, dim=dim, seed=5)
+    ix = HyperbolicIndex(dim, backend="graph", R=16)
+    ix.add(base, make_ids(len(base), "base"))
+    floods = {"n": 0}
+    real = K.reachable
+
+    def counted(*args):  # the real flood fill, counted
+        floods["n"] += 1
+        return real(*args)
+
+    monkeypatch.setattr(K, "reachable", counted)
+    rng = np.random.default_rng(8)
+    extra, _ = cloud(150, dim=dim, seed=9)
+    centres = rng.standard_normal((5, dim))
+    centres = 0.6 * centres / np.linalg.norm(centres, axis=1, keepdims=True)
+    dups = [c + 1e-5 * rng.standard_normal((10, dim)) for c in centres]
+    points = [*extra, *np.concatenate(dups)]
+    names = [f"x{j}" for j in range(len(extra))]
+    names += [f"d{c}_{j}" for c in range(len(dups)) for j in range(10)]
+    order = rng.permutation(len(points))
+    for n, j in enumerate(order.tolist()):
+        ix.add(points[j][None], [names[j]])
+        if n % 25 == 0:
+            before = floods["n"]
+            assert ix._backend.unreachable() == 0, f"after insert {n}"
+            floods["n"] = before  # the check above is the test's own
+    assert floods["n"] < len(points) // 2, floods
+    assert ix._backend.unreachable() == 0
+    for c in range(len(dups)):
+        found, _ = ix.search(centres[c], k=10)
+        assert sum(s.startswith(f"d{c}_") for s in found[0]) == 10
+    found, _ = ix.search(np.stack(points[: len(extra)]), k=1)
+    assert np.mean([f[0] == n for f, n in zip(found, names, strict=False)]) >= 0.97
+
+
 def test_snapshot_round_trip_restores_the_graph(tmp_path):
     x, q = cloud(5000, 40, seed=33)
     ids = make_ids(len(x))
