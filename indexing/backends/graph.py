@@ -32,9 +32,12 @@ nodes, in compiled kernels that release the GIL (:mod:`._graph_kernels`, numba):
   a batch's searches run cell by cell of the entry points' order-2 Voronoi
   diagram, so consecutive ones share cached rows (the graph does not depend
   on that order);
-* after every insertion one flood fill from the entry points checks that
-  every node is reachable, and a repair pass (only then) links any node they
-  cannot reach; a small insertion keeps the entry points unless a new node
+* after an insertion one flood fill from the entry points checks that every
+  node is reachable, and a repair pass (only then) links any node they cannot
+  reach -- skipped when the insertion provably kept every node reachable (the
+  same entry points, every dropped edge handed on, every new node with edges:
+  a single insert into 136,000 nodes went from 8.2 to 0.34 ms); a small
+  insertion keeps the entry points unless a new node
   lies nearer the origin than the hub (picking them is O(n): with the repair's
   ordering of all nodes it was 60% of a single upsert into 50,000 items, 38 ms
   against 15 ms now on the loaded 2-core machine); after a bulk insertion
