@@ -36,7 +36,7 @@ nodes, in compiled kernels that release the GIL (:mod:`._graph_kernels`, numba):
   node is reachable, and a repair pass (only then) links any node they cannot
   reach -- skipped when the insertion provably kept every node reachable (the
   same entry points, every dropped edge handed on, every new node with edges:
-  a single insert into 136,000 nodes went from 8.2 to 0.34 ms); a small
+  the flood fill was most of a single insert's time on a large graph); a small
   insertion keeps the entry points unless a new node
   lies nearer the origin than the hub (picking them is O(n): with the repair's
   ordering of all nodes it was 60% of a single upsert into 50,000 items, 38 ms
@@ -343,8 +343,8 @@ class GraphBackend(CalibrationMixin, Backend):
         self._link(self._s2n[held_slots])
         if bulk or not self._entries_still_good(new_min):
             self._pick_entries()
-        # every node reachable from the entry points? One flood fill (O(n): 87% of
-        # a single upsert into 136,000 nodes), unless that held before and this
+        # every node reachable from the entry points? One flood fill (O(n): most of
+        # a single upsert into a large graph), unless that held before and this
         # insertion kept it: the same entry points, and every edge a pruned list
         # dropped handed on (``v -> c`` dropped for a kept ``r``, and ``r -> c``
         # added: a path ``v -> r -> c`` replaces it, and the new nodes are
