@@ -86,6 +86,18 @@ def _into_results(res_i, res_k, n, R_out, kk, node):
 
 
 @njit(inline="always", cache=True)
+def _write_topk(top_d, top_s, m, row_s, row_d):
+    """A query's row of the answer: its ``m`` entries, then ``-1`` / ``inf``."""
+    for j in range(row_s.shape[0]):
+        if j < m:
+            row_s[j] = top_s[j]
+            row_d[j] = top_d[j]
+        else:
+            row_s[j] = -1
+            row_d[j] = np.inf
+
+
+@njit(inline="always", cache=True)
 def _into_topk(top_d, top_s, m, k, d, s):
     """Merge slot ``s`` at distance ``d`` into the ascending top list
     ``top_d/top_s[:m]`` of at most ``k`` (ties by slot); the new length."""
@@ -267,13 +279,7 @@ def search_batch(
             if d != d:
                 continue
             m = _into_topk(top_d, top_s, m, k, d, s)
-        for j in range(k):
-            if j < m:
-                out_s[i, j] = top_s[j]
-                out_d[i, j] = top_d[j]
-            else:
-                out_s[i, j] = -1
-                out_d[i, j] = np.inf
+        _write_topk(top_d, top_s, m, out_s[i], out_d[i])
     return stamp
 
 
@@ -324,13 +330,7 @@ def scan_topk(q64, gq, xt, gt, slots, kinds, starts, curv, m, k, out_s, out_d):
             if d != d:
                 continue
             mi = _into_topk(top_d, top_s, mi, k, d, s)
-        for j in range(k):
-            if j < mi:
-                out_s[i, j] = top_s[j]
-                out_d[i, j] = top_d[j]
-            else:
-                out_s[i, j] = -1
-                out_d[i, j] = np.inf
+        _write_topk(top_d, top_s, mi, out_s[i], out_d[i])
 
 
 @njit(nogil=True, cache=True, fastmath=True)
