@@ -59,17 +59,18 @@ def loopback_only() -> bool:
     return [name for _, name in socket.if_nameindex()] == ["lo"]
 
 
-def in_namespace(argv: list[str]) -> int:
-    """Run this script again inside a new loopback-only network namespace (root)."""
+def in_namespace(argv: list[str], script: str = __file__) -> int:
+    """Run ``script`` (this one) again inside a new loopback-only network namespace
+    (root)."""
     if os.geteuid() != 0:
         raise SystemExit(
-            "ray_serve.py: Ray needs a network namespace with only lo; run as root (the "
+            f"{Path(script).name}: Ray needs a network namespace with only lo; run as root (the "
             "script makes one) or inside one (ip netns exec NAME ...)"
         )
     subprocess.run(["ip", "netns", "add", NETNS], check=True)
     try:
         subprocess.run(["ip", "netns", "exec", NETNS, "ip", "link", "set", "lo", "up"], check=True)
-        cmd = ["ip", "netns", "exec", NETNS, sys.executable, str(Path(__file__)), *argv]
+        cmd = ["ip", "netns", "exec", NETNS, sys.executable, str(Path(script)), *argv]
         return subprocess.run(cmd, check=False).returncode
     finally:
         subprocess.run(["ip", "netns", "del", NETNS], check=False)

@@ -139,7 +139,9 @@ class ShardedIndex:
     ``fail_fast``: reads (searches, gets, counts, scrolls) fail at once with
     :class:`ShardUnavailableError` when a shard's actor is down instead of waiting
     for its restart (the service's choice: a 503 now, not a request held for
-    seconds); writes wait either way."""
+    seconds); writes wait either way. ``channel`` (Ray): those fail-fast reads go to
+    the shards on this machine through their direct channel
+    (:mod:`indexing.channel`), not a Ray task each."""
 
     def __init__(
         self,
@@ -154,6 +156,7 @@ class ShardedIndex:
         timeout: float = 60.0,
         fail_fast: bool = False,
         num_cpus: float = 0.25,
+        channel: bool = True,
         **backend_params: Any,
     ) -> None:
         root = check_folder(path)
@@ -171,7 +174,10 @@ class ShardedIndex:
             tag = hashlib.blake2b(str(root.resolve()).encode(), digest_size=4).hexdigest()
             names = [f"hypsearch-shard-{tag}-{i}" for i in range(self._n)]
             self._shards = RayShards(
-                names, lambda i: shard_actor(names[i], i, args[i], num_cpus), timeout
+                names,
+                lambda i: shard_actor(names[i], i, args[i], num_cpus),
+                timeout,
+                channel=channel,
             )
         else:
             self._shards = LocalShards([ShardServer(*a) for a in args])

@@ -7,6 +7,7 @@ restarts, at most a timeout, then :class:`ShardUnavailableError`."""
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from .channel import ChannelBroken, ChannelClient, ChannelServer, receive, send
 from .index import HyperbolicIndex
 from .store import STORE_FILE
 
@@ -50,6 +52,8 @@ class ShardServer:
         warm.search(pts[:1], k=1)
         warm.close()
         self._cones_seen, self._cones_fp = None, ""
+        self._channel: ChannelServer | None = None
+        self._channel_lock = threading.Lock()
         self.started = time.time()
 
     def call(self, method: str, *args, **kwargs):
@@ -95,7 +99,28 @@ class ShardServer:
     def contains(self, ids: list[str]) -> list[bool]:
         return self.index.contains_many(ids)
 
+    def channel(self) -> dict:
+        """Where this actor's direct channel listens (started on the first ask):
+        ``node`` (the Ray node id), ``address``, ``authkey``
+        (:class:`indexing.channel.ChannelServer`: this server's methods, as Ray calls
+        them, without a Ray task)."""
+        import ray
+
+        with self._channel_lock:
+            if self._channel is None:
+                self._channel = ChannelServer(self._dispatch, self.folder.name)
+        return {
+            "node": ray.get_runtime_context().get_node_id(),
+            "address": self._channel.address,
+            "authkey": self._channel.authkey,
+        }
+
+    def _dispatch(self, method: str, args: tuple, kwargs: dict):
+        return getattr(self, method)(*args, **kwargs)
+
     def stop(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
         self.index.save()
         self.index.close()
 
@@ -115,9 +140,21 @@ class LocalShards:
 
 
 class RayShards:
-    """Shards in named Ray actors; calls repeated while an actor restarts."""
+    """Shards in named Ray actors; calls repeated while an actor restarts.
 
-    def __init__(self, names: list[str], make: Callable[[int], Any], timeout: float) -> None:
+    ``channel``: the reads that do not wait for a restart (``fail_fast``) go to the
+    shards on this machine through their direct channel (:mod:`indexing.channel`)
+    instead of a Ray task each; a shard on another node, or one whose channel
+    cannot be had, is asked by Ray actor calls as before."""
+
+    def __init__(
+        self,
+        names: list[str],
+        make: Callable[[int], Any],
+        timeout: float,
+        *,
+        channel: bool = True,
+    ) -> None:
         import ray
 
         self.ray = ray
@@ -126,6 +163,10 @@ class RayShards:
         self.owned: list[bool] = []
         self.actors = []
         self.seen_down: set[int] = set()
+        #: per shard: its channel's client (None: none open now); elsewhere: the
+        #: shards on other nodes (actor calls only)
+        self.channels: list[ChannelClient | None] = [None] * len(names)
+        self.elsewhere: set[int] = set() if channel else set(range(len(names)))
         for i, name in enumerate(names):
             try:
                 actor = ray.get_actor(name, namespace=NAMESPACE)
@@ -136,6 +177,9 @@ class RayShards:
             self.actors.append(actor)
         # wait until all are up (a start takes longer than a call)
         self.run([(i, "info", (), {}) for i in range(len(names))], max(timeout, START_TIMEOUT))
+        for i in range(len(names)):
+            if i not in self.elsewhere:
+                self._open_channel(i, max(timeout, START_TIMEOUT))
 
     def run(
         self,
@@ -154,10 +198,17 @@ class RayShards:
         timeout = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
         if fail_fast:
-            for i in {c[0] for c in calls} & self.seen_down:  # down at the last look
+            shards = {c[0] for c in calls}
+            for i in shards & self.seen_down:  # down at the last look
                 if not self._alive(i):
                     raise self._down(i)
                 self.seen_down.discard(i)
+            if not shards & self.elsewhere:
+                for i in shards:
+                    if self.channels[i] is None and not self._open_channel(i, PROBE_SECONDS):
+                        raise self._down(i)
+                if not shards & self.elsewhere:
+                    return self._run_channel(calls, timeout, deadline)
         refs = [self._submit(c) for c in calls]
         out = []
         for c, ref in zip(calls, refs, strict=True):
@@ -185,6 +236,88 @@ class RayShards:
                     if not self._alive(c[0]):  # fail_fast only: a wait shorter than left
                         raise self._down(c[0]) from None
         return out
+
+    def _open_channel(self, i: int, timeout: float) -> bool:
+        """Open shard ``i``'s channel (asking its actor where it listens, at most
+        ``timeout``): ``False`` when the actor did not answer; a shard on another
+        node, or whose actor has no channel, joins :attr:`elsewhere`."""
+        from ray.exceptions import GetTimeoutError, RayActorError
+
+        try:
+            where = self.ray.get(self.actors[i].channel.remote(), timeout=timeout)
+        except (GetTimeoutError, RayActorError):
+            return False
+        except Exception:  # noqa: BLE001 - an actor without a channel: Ray calls then
+            self.elsewhere.add(i)
+            return True
+        if where["node"] != self.ray.get_runtime_context().get_node_id():
+            self.elsewhere.add(i)
+        else:
+            self.channels[i] = ChannelClient(where["address"], where["authkey"])
+        return True
+
+    def _drop_channel(self, i: int) -> None:
+        client, self.channels[i] = self.channels[i], None
+        if client is not None:
+            client.close()
+
+    def _run_channel(self, calls, timeout: float, deadline: float) -> list:
+        """:meth:`run`'s reads through the shards' channels. A broken connection
+        that was kept from before, to a shard that is alive (it restarted since), is
+        opened again and the calls made once more; any other break is the shard
+        down (its actor died during the call)."""
+        try:
+            return self._channel_once(calls, timeout, deadline)
+        except _Broken as b:
+            self._drop_channel(b.shard)
+            if b.fresh or not self._alive(b.shard):
+                raise self._down(b.shard) from None
+            if not self._open_channel(b.shard, PROBE_SECONDS):
+                raise self._down(b.shard) from None
+        try:
+            return self._channel_once(calls, timeout, deadline)
+        except _Broken as b:
+            self._drop_channel(b.shard)
+            raise self._down(b.shard) from None
+
+    def _channel_once(self, calls, timeout: float, deadline: float) -> list:
+        out: list = []
+        sent: list = []  # (shard, client, connection) of each call sent
+        try:
+            for i, method, args, kwargs in calls:
+                client = self.channels[i]
+                if client is None:  # dropped by another thread meanwhile
+                    raise _Broken(i, True)
+                try:
+                    conn, fresh = client.take()
+                except ChannelBroken:
+                    raise _Broken(i, True) from None
+                try:
+                    send(conn, method, args, kwargs)
+                except ChannelBroken:
+                    conn.close()
+                    raise _Broken(i, fresh) from None
+                sent.append((i, client, conn, fresh))
+            while sent:
+                i, client, conn, fresh = sent[0]
+                while not conn.poll(max(min(deadline - time.monotonic(), PROBE_SECONDS), 0)):
+                    if time.monotonic() >= deadline:
+                        raise self._unavailable(i, timeout)
+                    if not self._alive(i):
+                        raise self._down(i)
+                try:
+                    out.append(receive(conn))
+                except ChannelBroken:
+                    raise _Broken(i, fresh) from None
+                sent.pop(0)
+                client.give(conn)
+        finally:
+            for _, _, conn, _ in sent:  # an answer still owed on it: not reusable
+                conn.close()
+        for ok, value in out:
+            if not ok:  # the shard's own error (bad input): as it was raised
+                raise value
+        return [value for _, value in out]
 
     def _alive(self, i: int) -> bool:
         """Whether the GCS has shard ``i``'s actor alive (``True`` when it cannot say:
@@ -216,6 +349,8 @@ class RayShards:
         )
 
     def stop(self) -> None:
+        for i in range(len(self.names)):
+            self._drop_channel(i)
         calls = [(i, "stop", (), {}) for i, own in enumerate(self.owned) if own]
         try:
             self.run(calls, max(self.timeout, START_TIMEOUT))
@@ -223,6 +358,14 @@ class RayShards:
             for i, own in enumerate(self.owned):
                 if own:
                     self.ray.kill(self.actors[i], no_restart=True)
+
+
+class _Broken(Exception):
+    """Shard ``shard``'s channel connection broke (``fresh``: one opened for the call)."""
+
+    def __init__(self, shard: int, fresh: bool) -> None:
+        super().__init__(shard, fresh)
+        self.shard, self.fresh = shard, fresh
 
 
 def shard_actor(name: str, i: int, args: tuple, num_cpus: float):
