@@ -280,6 +280,28 @@ def test_ray_shards_answer_what_one_index_answers(tmp_path, ray_cluster):
         assert [s["pid"] for s in other.shard_info()] == [s["pid"] for s in sharded.shard_info()]
         other.close()  # not the owner: the shards keep serving
         assert len(sharded) == 200
+        # fail-fast reads go through the shards' direct channels: the same answers
+        fast = ShardedIndex(tmp_path / "ix", ray=True, fail_fast=True)
+        assert all(c is not None for c in fast._shards.channels) and not fast._shards.elsewhere
+        assert_same_answers(single, fast, items(6, seed=2)[0])
+        plan = ("search", (items(3, seed=7)[0],), {"k": 4})
+        bad = ("search_hierarchical", (np.zeros(DIM), ["a1", "a", "root"], descendants),
+               {"by": "nope"})  # fmt: skip
+        got = fast.run_calls([plan, bad, plan])
+        want = sharded.run_calls([plan, bad, plan])
+        for g, w in ((got[0], want[0]), (got[2], want[2])):
+            np.testing.assert_array_equal(g[0], w[0])
+            np.testing.assert_array_equal(g[1], w[1])
+        assert isinstance(got[1], IndexInputError) and str(got[1]) == str(want[1])
+        with pytest.raises(IndexInputError) as e:  # the shard's own error, as it was raised
+            fast.count({"must": [{"key": "x", "match": 1}]})
+        with pytest.raises(IndexInputError) as e0:
+            single.count({"must": [{"key": "x", "match": 1}]})
+        assert str(e.value) == str(e0.value)
+        slow = ShardedIndex(tmp_path / "ix", ray=True, fail_fast=True, channel=False)
+        assert slow._shards.channels == [None, None]
+        assert_same_answers(single, slow, items(2, seed=8)[0])
+        fast.close(), slow.close()
     finally:
         sharded.close()
     assert not any(ray_cluster.util.list_named_actors(all_namespaces=True)) or all(
@@ -362,7 +384,8 @@ def test_a_shard_that_stays_down_fails_the_query_clearly(tmp_path, ray_cluster):
 def test_fail_fast_reads_answer_at_once_while_a_shard_restarts(tmp_path, ray_cluster):
     """``fail_fast``: a search that meets a restarting shard fails within about
     ``PROBE_SECONDS`` naming it, never waits for the restart; writes still wait;
-    once the shard is back, reads answer again with every item."""
+    once the shard is back, reads answer again with every item (through a channel
+    to the new process: the fail-fast reads go by the shards' direct channels)."""
     from indexing.shards import PROBE_SECONDS
 
     sharded = ShardedIndex(tmp_path / "ix", shards=2, dim=DIM, ray=True, fail_fast=True)
@@ -384,8 +407,11 @@ def test_fail_fast_reads_answer_at_once_while_a_shard_restarts(tmp_path, ray_clu
         more = items(4, seed=6)
         sharded.add(more[0], more[1])  # a write waits for the restart
         assert sharded.shard_info()[0]["pid"] != pid
+        # the reads' channel to the new process is opened again, once it answers
         got, _ = sharded.search(x[:1], k=1)
         assert got[0, 0] == ids[0] and len(sharded) == 64
+        assert sharded._shards.channels[0] is not None
+        assert sharded.get_many(ids[:5], vectors=False)[4].id == ids[4]
     finally:
         sharded.close()
 
