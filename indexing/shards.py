@@ -6,6 +6,7 @@ restarts, at most a timeout, then :class:`ShardUnavailableError`."""
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
 import time
@@ -51,6 +52,10 @@ class ShardServer:
         warm.add(pts, [f"w{i}" for i in range(64)])
         warm.search(pts[:1], k=1)
         warm.close()
+        # what is loaded (the index, Ray, numba's kernels) into the collector's permanent
+        # generation: a full collection under load scanned it all (pauses of ~0.1 s)
+        gc.collect()
+        gc.freeze()
         self._cones_seen, self._cones_fp = None, ""
         self._channel: ChannelServer | None = None
         self._channel_lock = threading.Lock()

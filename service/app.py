@@ -168,7 +168,9 @@ def _freeze_gc() -> None:
     generation. Without it, every full collection under load scanned them all:
     pauses of the whole process, each one a latency spike for every request in
     flight (service/README.md has the numbers). Done once, after loading, by apps
-    that load their own artifacts (tests that hand in a runtime are left alone)."""
+    that load their own artifacts or own the runtime handed in (``serve --ray``,
+    whose process also holds Ray: without it, full collections of 150-240 ms under
+    load); tests that hand in a runtime are left alone."""
     gc.collect()
     gc.freeze()
 
@@ -228,6 +230,8 @@ def create_app(
         )
         metrics.items.set_function(lambda: _items(slot))
         if runtime is not None:
+            if services.owns_runtime:  # the serving process's own (serve --ray): frozen too
+                _freeze_gc()
             _start(services, runtime, services.owns_runtime)
         else:
             loader = threading.Thread(target=_load, args=(services,), name="load", daemon=True)
