@@ -29,7 +29,9 @@ import pickle
 import secrets
 import threading
 from collections.abc import Callable
+from multiprocessing import resource_tracker
 from multiprocessing.connection import Client, Connection, Listener
+from multiprocessing.shared_memory import SharedMemory
 from typing import Any
 
 log = logging.getLogger("indexing")
@@ -41,6 +43,51 @@ POOL = 8
 
 class ChannelBroken(ConnectionError):
     """The connection to a shard's actor closed (the actor died or restarted)."""
+
+
+class ShardState:
+    """A shard's count of changes in 8 bytes of shared memory: the shard adds one
+    after every call that may change it, before its caller hears back; a process on
+    the same machine reads it without asking the shard (what lets the serving
+    process keep the shards' answers to repeated label queries,
+    :meth:`indexing.sharded.ShardedIndex.run_calls`). A restarted shard makes a new
+    one (another name)."""
+
+    def __init__(self, shm: SharedMemory, owner: bool) -> None:
+        self._shm = shm
+        self._owner = owner
+        self._lock = threading.Lock()
+
+    @classmethod
+    def create(cls) -> ShardState:
+        return cls(SharedMemory(create=True, size=8), True)
+
+    @classmethod
+    def attach(cls, name: str) -> ShardState:
+        shm = SharedMemory(name=name)
+        # Python < 3.13 registers an attached segment too, and would unlink it at
+        # this process's exit: it is the shard's
+        resource_tracker.unregister(shm._name, "shared_memory")  # noqa: SLF001
+        return cls(shm, False)
+
+    @property
+    def name(self) -> str:
+        return self._shm.name
+
+    def read(self) -> int:
+        return int.from_bytes(self._shm.buf[:8], "little")
+
+    def bump(self) -> None:
+        with self._lock:
+            self._shm.buf[:8] = (self.read() + 1).to_bytes(8, "little")
+
+    def close(self, unlink: bool = False) -> None:
+        try:
+            self._shm.close()
+            if unlink and self._owner:
+                self._shm.unlink()
+        except (OSError, BufferError):
+            pass
 
 
 def dumps(value: Any) -> bytes:

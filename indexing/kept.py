@@ -5,13 +5,16 @@ demo spent 80% of its time ranking every item by firmness."""
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["CANDIDATE_CACHE", "KeptAnswers"]
+__all__ = ["CANDIDATE_CACHE", "SHARD_ANSWERS", "KeptAnswers", "KeptParts"]
 
 #: unfiltered entailment candidates (and cone levels) kept per index
 CANDIDATE_CACHE = 256
+#: the shards' answers kept by a sharded index's caller (KeptParts)
+SHARD_ANSWERS = 256
 
 
 class KeptAnswers:
@@ -64,3 +67,31 @@ class KeptAnswers:
             if len(self._kept) >= self.size:
                 self._kept.pop(next(iter(self._kept)))
             self._kept[key] = (state, value)
+
+
+class KeptParts:
+    """At most :data:`SHARD_ANSWERS` answers of the shards by key, each with the shards' state
+    (:meth:`indexing.shards.RayShards.state`) it was made in; one asked for in another
+    state drops them all (the shards changed). Thread-safe; oldest out first."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._kept: OrderedDict[bytes, tuple[tuple, list]] = OrderedDict()
+
+    def get(self, key: bytes, state: tuple) -> list | None:
+        with self._lock:
+            hit = self._kept.get(key)
+            if hit is None:
+                return None
+            if hit[0] != state:
+                self._kept.clear()
+                return None
+            self._kept.move_to_end(key)
+            return hit[1]
+
+    def put(self, key: bytes, state: tuple, parts: list) -> None:
+        with self._lock:
+            self._kept[key] = (state, parts)
+            self._kept.move_to_end(key)
+            while len(self._kept) > SHARD_ANSWERS:
+                self._kept.popitem(last=False)

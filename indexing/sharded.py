@@ -68,6 +68,7 @@ import numpy as np
 
 from models.fileio import atomic_write_bytes
 
+from .channel import dumps
 from .cones import HierarchicalHit, LabelCones
 from .entailment import Candidates, EntailmentHit, entailment_order, merge_candidates
 from .errors import IndexInputError, IndexStoreError
@@ -76,6 +77,7 @@ from .geometry import PoincareIndexSpace, make_index_space
 from .hierarchical import chain_levels
 from .index import Item
 from .interface import CandidateOptions, EntailmentOptions, LevelOptions, SearchOptions
+from .kept import KeptParts
 from .shards import (
     LocalShards,
     RayShards,
@@ -127,6 +129,17 @@ class _Descendants:
 
     def __call__(self, label: str) -> frozenset[str]:
         return self.table[label]
+
+
+def _kept_key(call: tuple) -> bytes | None:
+    """The key under which the shards' answers to ``call`` are kept (its pickle), for
+    the calls that repeat while nothing changes: levels by the cones
+    (``own_levels``) and entailment candidates -- a label query's, from the label's
+    own point; ``None`` for the others."""
+    method, args, _ = call
+    if method == "own_levels" or (method == "call" and args[0] == "entailment_candidates"):
+        return dumps(call)
+    return None
 
 
 class ShardedIndex:
@@ -185,6 +198,7 @@ class ShardedIndex:
         self._fail_fast = bool(fail_fast)
         self._cones: LabelCones | None = None  # the cones set here (set_cones), and their
         self._cones_fp = ""  # fingerprint: the shards' own levels are asked by it
+        self._kept = KeptParts()  # the shards' answers to label queries, per their state
         self._closed = False
 
     @staticmethod
@@ -470,7 +484,10 @@ class ShardedIndex:
         ``search_hierarchical``, ``search_entailment``, ``entailment_candidates``) all
         in one call per shard (a service's micro-batch: one Ray round trip a shard, not
         one a query), any other method one by one. A shard that is down is every
-        search's answer (:class:`ShardUnavailableError`)."""
+        search's answer (:class:`ShardUnavailableError`). The shards' answers to the
+        calls a label query repeats (levels by the cones, entailment candidates) are
+        kept here while no shard changes (:meth:`indexing.shards.RayShards.state`,
+        read without asking them): a repeated label query asks no shard at all."""
         out: list[Any] = [None] * len(calls)
         plans: list[tuple[int, tuple, Callable]] = []
         for j, (method, args, kwargs) in enumerate(calls):
@@ -481,19 +498,37 @@ class ShardedIndex:
                     out[j] = getattr(self, method)(*args, **kwargs)
             except Exception as e:  # noqa: BLE001 - that call's answer
                 out[j] = e
-        if not plans:
+        state = self._shards.state() if plans else None
+        asked: list[tuple[int, tuple, Callable, bytes | None]] = []
+        for j, call, merge in plans:
+            key = _kept_key(call) if state is not None else None
+            parts = None if key is None else self._kept.get(key, state)
+            if parts is None:
+                asked.append((j, call, merge, key))
+                continue
+            try:
+                out[j] = merge(parts)
+            except Exception as e:  # noqa: BLE001 - that call's answer
+                out[j] = e
+        if not asked:
             return out
         try:
-            per_shard = self._read_all("many", [call for _, call, _ in plans])
+            per_shard = self._read_all("many", [call for _, call, _, _ in asked])
         except ShardUnavailableError as e:
-            for j, _, _ in plans:
+            for j, _, _, _ in asked:
                 out[j] = e
             return out
-        for t, (j, _, merge) in enumerate(plans):
+        for t, (j, _, merge, key) in enumerate(asked):
             parts = [answers[t] for answers in per_shard]
             failed = [v for ok, v in parts if not ok]
+            if failed:
+                out[j] = failed[0]
+                continue
+            values = [v for _, v in parts]
+            if key is not None:
+                self._kept.put(key, state, values)
             try:
-                out[j] = failed[0] if failed else merge([v for _, v in parts])
+                out[j] = merge(values)
             except Exception as e:  # noqa: BLE001 - that call's answer
                 out[j] = e
         return out

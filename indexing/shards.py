@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .channel import ChannelBroken, ChannelClient, ChannelServer, receive, send
+from .channel import ChannelBroken, ChannelClient, ChannelServer, ShardState, receive, send
 from .index import HyperbolicIndex
 from .store import STORE_FILE
 
@@ -26,6 +26,13 @@ START_TIMEOUT = 180.0  # seconds to wait for the shards' actors to start
 #: a shard that is down (restarting, or its node gone) fails the read then (503),
 #: a live but slow one is waited for, up to the timeout
 PROBE_SECONDS = 1.0
+#: the index methods that change nothing: any other call through :meth:`ShardServer.call`
+#: counts as a change of the shard (:class:`indexing.channel.ShardState`)
+READS = frozenset(
+    {"search", "search_hierarchical", "search_entailment", "entailment_candidates", "get",
+     "get_many", "count", "scroll", "filter_mask", "__len__", "__contains__", "ids", "stats",
+     "contains_many", "item_labels"}
+)  # fmt: skip
 
 
 class ShardUnavailableError(RuntimeError):
@@ -58,11 +65,18 @@ class ShardServer:
         gc.freeze()
         self._cones_seen, self._cones_fp = None, ""
         self._channel: ChannelServer | None = None
+        self._state: ShardState | None = None
         self._channel_lock = threading.Lock()
         self.started = time.time()
 
     def call(self, method: str, *args, **kwargs):
-        return getattr(self.index, method)(*args, **kwargs)
+        if method in READS:
+            return getattr(self.index, method)(*args, **kwargs)
+        try:
+            return getattr(self.index, method)(*args, **kwargs)
+        finally:  # before the caller hears of it: a read after the answer sees the change
+            if self._state is not None:
+                self._state.bump()
 
     def attr(self, name: str):
         return getattr(self.index, name)
@@ -113,11 +127,14 @@ class ShardServer:
 
         with self._channel_lock:
             if self._channel is None:
+                self._state = ShardState.create()
                 self._channel = ChannelServer(self._dispatch, self.folder.name)
         return {
             "node": ray.get_runtime_context().get_node_id(),
             "address": self._channel.address,
             "authkey": self._channel.authkey,
+            "state": self._state.name,
+            "pid": os.getpid(),
         }
 
     def _dispatch(self, method: str, args: tuple, kwargs: dict):
@@ -126,6 +143,7 @@ class ShardServer:
     def stop(self) -> None:
         if self._channel is not None:
             self._channel.close()
+            self._state.close(unlink=True)
         self.index.save()
         self.index.close()
 
@@ -138,6 +156,9 @@ class LocalShards:
 
     def run(self, calls: Sequence[tuple[int, str, tuple, dict]], **_: Any) -> list:
         return [getattr(self.servers[i], m)(*a, **kw) for i, m, a, kw in calls]
+
+    def state(self) -> None:
+        return None  # no answers kept for shards in this process (nothing to save)
 
     def stop(self) -> None:
         for s in self.servers:
@@ -171,6 +192,8 @@ class RayShards:
         #: per shard: its channel's client (None: none open now); elsewhere: the
         #: shards on other nodes (actor calls only)
         self.channels: list[ChannelClient | None] = [None] * len(names)
+        #: per shard with a channel: its process id and change count (ShardState)
+        self.states: list[tuple[int, ShardState] | None] = [None] * len(names)
         self.elsewhere: set[int] = set() if channel else set(range(len(names)))
         for i, name in enumerate(names):
             try:
@@ -258,13 +281,38 @@ class RayShards:
         if where["node"] != self.ray.get_runtime_context().get_node_id():
             self.elsewhere.add(i)
         else:
+            try:
+                self.states[i] = (int(where["pid"]), ShardState.attach(where["state"]))
+            except OSError:  # another /dev/shm (a container): no kept answers then
+                self.states[i] = None
             self.channels[i] = ChannelClient(where["address"], where["authkey"])
         return True
 
     def _drop_channel(self, i: int) -> None:
         client, self.channels[i] = self.channels[i], None
+        state, self.states[i] = self.states[i], None
         if client is not None:
             client.close()
+        if state is not None:
+            state[1].close()
+
+    def state(self) -> tuple | None:
+        """What the shards hold, as a value that changes whenever any of them changes
+        (each one's change count, and which process it is), read without asking
+        them; ``None`` when that cannot be said (a shard without a channel, seen
+        down, or whose process is gone: it restarted, or is restarting)."""
+        out = []
+        for i in range(len(self.names)):
+            st = self.states[i]
+            if st is None or i in self.seen_down:
+                return None
+            pid, shared = st
+            try:
+                os.kill(pid, 0)  # the process the count belongs to still runs
+            except OSError:
+                return None
+            out.append((shared.name, shared.read()))
+        return tuple(out)
 
     def _run_channel(self, calls, timeout: float, deadline: float) -> list:
         """:meth:`run`'s reads through the shards' channels. A broken connection

@@ -342,6 +342,38 @@ def test_search_batch(server):
     check_search_batch(server.client, server.dim)
 
 
+def test_a_repeated_label_query_sees_every_write(server):
+    """Label queries repeat, and their answers are kept (each index its own; the Ray
+    server's serving process the shards' answers, while no shard changes): a write
+    that enters the answer, and its deletion, show in the very next query."""
+    c = server.client
+
+    def ids(body):
+        r = c.post("/v1/search", json=body)
+        assert r.status_code == 200, r.text
+        return [h["id"] for h in r.json()["results"]], r.json()
+
+    hier = {"label": "sandal", "k": 5, "mode": "hierarchical"}
+    ent = {"label": "sandal", "k": 10}
+    first, _ = ids(hier)
+    first_ent, _ = ids(ent)
+    assert ids(hier)[0] == first and ids(ent)[0] == first_ent  # asked again: the same
+    # each at the first hit's own point, with its label (as firm, as near; ties go by
+    # id): first, then the rest
+    r = c.post("/v1/items/get", json={"ids": [first[0], first_ent[0]], "with_vector": True})
+    probes = {f"a-kept-{n}": it for n, it in zip(("hier", "ent"), r.json()["items"], strict=True)}
+    for pid, it in probes.items():
+        body = {"vector": it["vector"], "label": it["label"]}
+        assert c.put(f"/v1/items/{pid}", json=body, headers=AUTH).status_code in (200, 201)
+    try:
+        assert ids(hier)[0] == ["a-kept-hier", *first[:4]]
+        assert "a-kept-ent" in ids(ent)[0][:2]
+    finally:
+        for pid in probes:
+            assert c.delete(f"/v1/items/{pid}", headers=AUTH).status_code in (200, 204)
+    assert ids(hier)[0] == first and ids(ent)[0] == first_ent
+
+
 def test_a_shard_killed_during_queries_comes_back_with_every_item(server):
     """Ray only: a shard's actor killed while searches run. Every search is answered
     (200, or 503 naming the shard while it restarts) within seconds -- none waits for
