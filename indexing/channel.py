@@ -29,7 +29,7 @@ import pickle
 import secrets
 import threading
 from collections.abc import Callable
-from multiprocessing import resource_tracker
+from multiprocessing import AuthenticationError, resource_tracker
 from multiprocessing.connection import Client, Connection, Listener
 from multiprocessing.shared_memory import SharedMemory
 from typing import Any
@@ -171,7 +171,7 @@ class ChannelClient:
                 return self._idle.pop(), False
         try:
             return Client(self.address, family="AF_UNIX", authkey=self.authkey), True
-        except (OSError, EOFError) as e:
+        except (OSError, EOFError, AuthenticationError) as e:
             raise ChannelBroken(f"cannot connect: {e}") from None
 
     def give(self, conn: Connection) -> None:

@@ -7,6 +7,7 @@ restarts, at most a timeout, then :class:`ShardUnavailableError`."""
 from __future__ import annotations
 
 import gc
+import logging
 import os
 import threading
 import time
@@ -19,6 +20,8 @@ import numpy as np
 from .channel import ChannelBroken, ChannelClient, ChannelServer, ShardState, receive, send
 from .index import HyperbolicIndex
 from .store import STORE_FILE
+
+log = logging.getLogger("indexing")
 
 NAMESPACE = "hypsearch"
 START_TIMEOUT = 180.0  # seconds to wait for the shards' actors to start
@@ -280,12 +283,21 @@ class RayShards:
             return True
         if where["node"] != self.ray.get_runtime_context().get_node_id():
             self.elsewhere.add(i)
-        else:
-            try:
-                self.states[i] = (int(where["pid"]), ShardState.attach(where["state"]))
-            except OSError:  # another /dev/shm (a container): no kept answers then
-                self.states[i] = None
-            self.channels[i] = ChannelClient(where["address"], where["authkey"])
+            return True
+        client = ChannelClient(where["address"], where["authkey"])
+        try:  # one connection now: a shard this process cannot reach (another network
+            client.give(client.take()[0])  # namespace on the same node) is asked by Ray
+        except ChannelBroken:
+            if self._alive(i):
+                self.elsewhere.add(i)
+                log.warning("shard %d: no direct channel from here, Ray calls instead", i)
+                return True
+            return False
+        try:
+            self.states[i] = (int(where["pid"]), ShardState.attach(where["state"]))
+        except OSError:  # another /dev/shm (a container): no kept answers then
+            self.states[i] = None
+        self.channels[i] = client
         return True
 
     def _drop_channel(self, i: int) -> None:
