@@ -169,8 +169,8 @@ def _freeze_gc() -> None:
     pauses of the whole process, each one a latency spike for every request in
     flight (service/README.md has the numbers). Done once, after loading, by apps
     that load their own artifacts or own the runtime handed in (``serve --ray``,
-    whose process also holds Ray: without it, full collections of 150-240 ms under
-    load); tests that hand in a runtime are left alone."""
+    whose process also holds Ray, whose full collections were longer still); tests
+    that hand in a runtime are left alone."""
     gc.collect()
     gc.freeze()
 
