@@ -2,7 +2,9 @@
 :class:`ShardServer` per shard (a :class:`~indexing.index.HyperbolicIndex` opened in
 its folder), in this process (:class:`LocalShards`) or in named, detached Ray actors
 (:class:`RayShards`, :func:`shard_actor`), whose calls are repeated while an actor
-restarts, at most a timeout, then :class:`ShardUnavailableError`."""
+restarts, at most a timeout, then :class:`ShardUnavailableError`. The reads that do
+not wait for a restart go to the actors on this machine through their direct
+channel (:mod:`indexing.channel`), not a Ray task each."""
 
 from __future__ import annotations
 
