@@ -174,6 +174,31 @@ def holder_table(
     return deg, ptr, flat
 
 
+def _descend_one(m, table, lp, parts, targets, spec, c, tol) -> int:
+    """:func:`deepest_holder`'s descent for one point (``targets``: its parts): the
+    row of its deepest holding label, ``m`` when no root holds it. The same margins
+    (elementwise, broadcast against the children) and the same choice (the largest
+    margin, then the first child)."""
+    deg, ptr, flat = table
+    cur = m
+    for _ in range(m + 1):
+        d = int(deg[cur])
+        if d == 0:
+            break
+        kids = flat[ptr[cur] : ptr[cur] + d]
+        apex = (
+            cones.apex_parts_np(lp[kids], spec, c=c)
+            if parts is None
+            else tuple(a[kids] for a in parts)
+        )
+        mar = cones.margin_of_parts_np(apex, targets, spec, c=c)
+        held = mar >= -tol
+        if not held.any():
+            break
+        cur = int(kids[int(np.argmax(np.where(held, mar, -np.inf)))])
+    return cur
+
+
 def deepest_holder(
     points,
     label_names: Sequence[str],
@@ -215,6 +240,9 @@ def deepest_holder(
     cur = np.full(len(x), m, dtype=np.int64)
     active = np.flatnonzero(deg[cur] > 0)
     targets = cones.margin_targets_np(x, spec, c=c)  # the points' parts, once
+    if len(x) == 1:  # one point (a single upsert): the same descent, without the batching
+        cur[0] = _descend_one(m, table, lp, parts, targets, spec, c, tol)
+        active = active[:0]
     budget = max(1, _CHUNK // max(1, lp.shape[1]))  # (point, child) pairs at a time
     for _ in range(m + 1):  # a DAG: every step goes one level deeper
         if len(active) == 0:

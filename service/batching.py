@@ -10,8 +10,9 @@ waits ``max_wait`` at most (``0``: batches are whatever queued meanwhile).
 
 Async routes ``await batcher.run(item)``: no thread-pool hop per request, the
 event loop keeps reading requests while the worker computes.  Their results go
-back as one callback on the loop per batch (``call_soon_threadsafe``: one wake-up
-of the loop, not one a request), into plain asyncio futures (a
+back through one callback on the loop (``call_soon_threadsafe``: one wake-up of
+the loop for a batch, or for all the batches that came before the loop took the
+first: not one a request), into plain asyncio futures (a
 ``concurrent.futures.Future`` per request, with its lock and condition, cost the
 loop more than the search of a small index).
 """
@@ -163,7 +164,7 @@ def _start(entry) -> bool:
 
 def _settle(results: list[tuple]) -> None:
     """Hand each ``(entry, value, is_exception)`` to its caller: concurrent futures
-    here, asyncio futures by one callback on each loop."""
+    here, asyncio futures through their loop's :class:`_Inbox`."""
     loops: dict = {}
     for (_, fut, loop), value, failed in results:
         if loop is None:
@@ -174,10 +175,48 @@ def _settle(results: list[tuple]) -> None:
         else:
             loops.setdefault(loop, []).append((fut, value, failed))
     for loop, items in loops.items():
-        try:
-            loop.call_soon_threadsafe(_resolve, items)
-        except RuntimeError:  # the loop is closed: nobody awaits them any more
-            pass
+        _Inbox.of(loop).put(items)
+
+
+class _Inbox:
+    """Results waiting for one event loop: the first batch to arrive wakes the loop
+    (``call_soon_threadsafe``: a system call in the worker and a wake-up of the
+    loop); batches that arrive before the loop has taken them join it without
+    another (under load the loop is busy answering the previous batch)."""
+
+    _all: dict = {}
+    _all_lock = threading.Lock()
+
+    def __init__(self, loop) -> None:
+        self.loop = loop
+        self.lock = threading.Lock()
+        self.items: list[tuple] = []
+
+    @classmethod
+    def of(cls, loop) -> _Inbox:
+        inbox = cls._all.get(loop)
+        if inbox is None:
+            with cls._all_lock:
+                for old in [lp for lp in cls._all if lp.is_closed()]:
+                    del cls._all[old]  # loops gone (tests make many)
+                inbox = cls._all.setdefault(loop, cls(loop))
+        return inbox
+
+    def put(self, items: list[tuple]) -> None:
+        with self.lock:
+            wake = not self.items
+            self.items.extend(items)
+        if wake:
+            try:
+                self.loop.call_soon_threadsafe(self._take)
+            except RuntimeError:  # the loop is closed: nobody awaits them any more
+                with self.lock:
+                    self.items.clear()
+
+    def _take(self) -> None:
+        with self.lock:
+            items, self.items = self.items, []
+        _resolve(items)
 
 
 def _resolve(items: list[tuple]) -> None:

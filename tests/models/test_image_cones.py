@@ -55,6 +55,20 @@ def test_deepest_holder_against_brute_force_on_a_hand_made_tree():
     assert deepest_holder(x, names, pts, mapping, CAP, 1.0) == got
     fb = deepest_holder(x, names, pts, mapping, CAP, 1.0, fallback=lambda r: ["?"] * len(r))
     assert [g for g, w in zip(fb, want, strict=True) if w is None] == ["?"] * want.count(None)
+    # one point at a time (a single upsert's descent) answers as the batch, with the
+    # labels' parts given or not, both cone families
+    from models.prototypes import holder_table
+
+    table = holder_table(names, tax.children)
+    for spec in (CAP, {"family": "ganea", "K": 0.1}):
+        batch = deepest_holder(x, names, pts, tax.children, spec, 1.0, table=table)
+        parts = cones.apex_parts_np(pts, spec, c=1.0)
+        for j in range(0, len(x), 3):
+            for given in (None, parts):
+                one = deepest_holder(
+                    x[j], names, pts, tax.children, spec, 1.0, table=table, parts=given
+                )
+                assert one == [batch[j]], (j, spec["family"])
 
 
 def test_deepest_holder_one_point_and_label_subset():
