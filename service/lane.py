@@ -108,11 +108,13 @@ class LaneProtocol(HttpToolsProtocol):
         cycle.response_started = cycle.response_complete = True
         cycle.transport.write(b"".join(head))
         cycle.message_event.set()
-        route = lane.fast.routes.get(claim[0])
-        lane.requests.record(scope, getattr(route, "path", None), 200, t0, rid)
-        if not cycle.keep_alive:
-            cycle.transport.close()
-        cycle.on_response()
+        try:
+            route = lane.fast.routes.get(claim[0])
+            lane.requests.record(scope, getattr(route, "path", None), 200, t0, rid)
+        finally:  # the connection goes on (keep-alive, the next pipelined request) whatever
+            if not cycle.keep_alive:
+                cycle.transport.close()
+            cycle.on_response()
 
 
 def protocol_class(lane: Lane) -> type[LaneProtocol]:
