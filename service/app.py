@@ -110,7 +110,7 @@ def _served(services: Services, runtime: Runtime, owned: bool = True) -> Served:
         max_wait=0.0,
         on_batch=services.metrics.observe_search_batch,
         name="search-batcher",
-        workers=s.search_batch_workers or (2 if _sharded(runtime.index) else 1),
+        workers=s.search_batch_workers or 1,
     )
     batcher = None
     if runtime.model is not None:
@@ -121,11 +121,6 @@ def _served(services: Services, runtime: Runtime, owned: bool = True) -> Served:
             on_batch=services.metrics.observe_batch,
         )
     return Served(runtime, searcher, batcher, owned=owned)
-
-
-def _sharded(index) -> bool:
-    """Whether ``index`` fans out to shards (``indexing.sharded.ShardedIndex``)."""
-    return getattr(index, "n_shards", None) is not None
 
 
 def _apply_limits(runtime: Runtime, s: Settings) -> None:

@@ -156,8 +156,9 @@ class Settings(BaseSettings):
         default=None,
         ge=1,
         le=16,
-        description="searches: batches answered at once (default: 1, or 2 over a sharded "
-        "index, whose batches mostly wait for the shards' answers)",
+        description="searches: batches answered at once (default 1; 2 can help a sharded "
+        "index whose shards are on other machines, read by Ray calls: one batch waits for "
+        "their answers while the next forms)",
     )
     search_fast_path: bool = Field(
         default=True,
