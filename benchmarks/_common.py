@@ -27,6 +27,19 @@ def cpu_model() -> str:
     return platform.processor() or "unknown CPU"
 
 
+def run_meta(**fields) -> dict:
+    """A results table's metadata: the date, the CPU and its cores, then ``fields``."""
+    import datetime as dt
+    import os
+
+    return {
+        "date": dt.date.today().isoformat(),
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        **fields,
+    }
+
+
 def add_results_flag(parser, default: str) -> None:
     """``--write-results [NAME]``: also write the tables to
     ``benchmarks/results/NAME.md`` (``default`` when no NAME is given)."""

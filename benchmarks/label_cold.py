@@ -22,7 +22,6 @@ checkout's, so one results file holds both.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import random
@@ -33,7 +32,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import ROOT, command_line, cpu_model, report
+from _common import ROOT, command_line, report, run_meta
 
 
 def measure(labels: Path, items: int, queries: int, general: int) -> dict:
@@ -177,12 +176,9 @@ def main() -> int:
         capture_output=True, text=True, check=True,
     ).stdout.strip()  # fmt: skip
     runs.append((here, measure(args.labels, args.items, args.queries, args.general), load))
-    meta = {
-        "date": dt.date.today().isoformat(),
-        "cpu": cpu_model(),
-        "cores": os.cpu_count(),
-        "args": command_line("label_cold.py").removeprefix("python benchmarks/label_cold.py "),
-    }
+    meta = run_meta(
+        args=command_line("label_cold.py").removeprefix("python benchmarks/label_cold.py "),
+    )
     report(table(runs, meta), args.write_results, command=command_line("label_cold.py"))
     return 0
 

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime as dt
 import os
 import random
 import subprocess
@@ -58,7 +57,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import numpy as np
-from _common import ROOT, add_results_flag, command_line, cpu_model, report, wait_ready
+from _common import ROOT, add_results_flag, command_line, report, run_meta, wait_ready
 
 TARGETS = {("vector", 32): 5.0, ("label", 32): 15.0, ("label-hier", 32): 15.0}  # p99 ms
 LABELS = [
@@ -619,19 +618,16 @@ def main() -> int:
         tmp.cleanup()
     command = command_line("load.py")
     shown = command.removeprefix("python benchmarks/load.py").strip()
-    meta = {
-        "date": dt.date.today().isoformat(),
-        "cpu": cpu_model(),
-        "cores": os.cpu_count(),
-        "items": stats["items"],
-        "dim": stats["dim"],
-        "seconds": args.seconds,
-        "args": f" {shown}" if shown else "",
-        "load": (load_before, os.getloadavg()[0]),
-        "generator": "wrk (1 thread)" if args.generator == "wrk" else "the asyncio generator",
-        "batch_size": args.batch_size,
-        "labels": stats.get("labels") if args.labels is not None else None,
-    }
+    meta = run_meta(
+        items=stats["items"],
+        dim=stats["dim"],
+        seconds=args.seconds,
+        args=f" {shown}" if shown else "",
+        load=(load_before, os.getloadavg()[0]),
+        generator="wrk (1 thread)" if args.generator == "wrk" else "the asyncio generator",
+        batch_size=args.batch_size,
+        labels=stats.get("labels") if args.labels is not None else None,
+    )
     report(table(rows, meta), args.write_results, command=command)
     return 0
 

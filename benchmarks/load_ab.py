@@ -19,7 +19,6 @@ contacted (``load.py``'s own servers).
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
 import re
 import subprocess
@@ -27,7 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import ROOT, command_line, cpu_model, report
+from _common import ROOT, command_line, report, run_meta
 
 ROW = re.compile(
     r"^(?P<kind>\S+)\s+connections=\s*(?P<clients>\d+) requests=\s*(?P<requests>\d+) "
@@ -127,14 +126,11 @@ def main() -> int:
                 for r in run_load(tree, load_args, args.timeout):
                     rows.append({**r, "commit": sha, "side": side, "round": rnd})
                     print(f"round {rnd} {side} {sha}: {r}", file=sys.stderr, flush=True)
-    meta = {
-        "date": dt.date.today().isoformat(),
-        "cpu": cpu_model(),
-        "cores": os.cpu_count(),
-        "rounds": args.rounds,
-        "args": command_line("load_ab.py", rest).removeprefix("python benchmarks/load_ab.py "),
-        "kinds": kinds.split(","),
-    }
+    meta = run_meta(
+        rounds=args.rounds,
+        args=command_line("load_ab.py", rest).removeprefix("python benchmarks/load_ab.py "),
+        kinds=kinds.split(","),
+    )
     report(table(rows, meta), args.write_results, command=command_line("load_ab.py"))
     return 0
 

@@ -33,7 +33,6 @@ serving process and every process under it (the raylet, the shards' actors).
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
 import shutil
 import signal
@@ -45,7 +44,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import ROOT, add_results_flag, command_line, cpu_model, report, wait_ready
+from _common import ROOT, add_results_flag, command_line, report, run_meta, wait_ready
 from load import _free_port, _scrub, run_wrk, workloads
 
 sys.path.insert(0, str(ROOT))  # this checkout's packages, not an installed copy
@@ -330,17 +329,14 @@ def main() -> int:
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="hsrb-") as d:
         rows, n, dim = run(args, args.model, Path(d))
-    meta = {
-        "date": dt.date.today().isoformat(),
-        "cpu": cpu_model(),
-        "cores": os.cpu_count(),
-        "items": n,
-        "dim": dim,
-        "rounds": args.rounds,
-        "seconds": args.seconds,
-        "command": command,
-        "load": (load_before, os.getloadavg()[0]),
-    }
+    meta = run_meta(
+        items=n,
+        dim=dim,
+        rounds=args.rounds,
+        seconds=args.seconds,
+        command=command,
+        load=(load_before, os.getloadavg()[0]),
+    )
     report(table(rows, meta), args.write_results, command=command)
     return 0
 

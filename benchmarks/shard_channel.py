@@ -22,7 +22,6 @@ namespace (as root it makes one).
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
 import sys
 import tempfile
@@ -30,7 +29,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import ROOT, add_results_flag, command_line, cpu_model, report
+from _common import ROOT, add_results_flag, command_line, report, run_meta
 from ray_serve import in_namespace, loopback_only, session_cpu
 
 sys.path.insert(0, str(ROOT))  # this checkout's packages, not an installed copy
@@ -139,15 +138,12 @@ def main() -> int:
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="hssc-") as d:
         rows = run(args, Path(d))
-    meta = {
-        "date": dt.date.today().isoformat(),
-        "cpu": cpu_model(),
-        "cores": os.cpu_count(),
-        "items": args.items,
-        "calls": args.calls,
-        "command": command,
-        "load": (load_before, os.getloadavg()[0]),
-    }
+    meta = run_meta(
+        items=args.items,
+        calls=args.calls,
+        command=command,
+        load=(load_before, os.getloadavg()[0]),
+    )
     report(table(rows, meta), args.write_results, command=command)
     return 0
 

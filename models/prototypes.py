@@ -174,6 +174,14 @@ def holder_table(
     return deg, ptr, flat
 
 
+def _apex(lp, parts, rows, spec, c) -> tuple:
+    """The cone parts of the labels ``rows``: indexed from ``parts`` when the caller
+    keeps them, else computed for those rows."""
+    if parts is None:
+        return cones.apex_parts_np(lp[rows], spec, c=c)
+    return tuple(a[rows] for a in parts)
+
+
 def _descend_one(m, table, lp, parts, targets, spec, c, tol) -> int:
     """:func:`deepest_holder`'s descent for one point (``targets``: its parts): the
     row of its deepest holding label, ``m`` when no root holds it. The same margins
@@ -186,12 +194,7 @@ def _descend_one(m, table, lp, parts, targets, spec, c, tol) -> int:
         if d == 0:
             break
         kids = flat[ptr[cur] : ptr[cur] + d]
-        apex = (
-            cones.apex_parts_np(lp[kids], spec, c=c)
-            if parts is None
-            else tuple(a[kids] for a in parts)
-        )
-        mar = cones.margin_of_parts_np(apex, targets, spec, c=c)
+        mar = cones.margin_of_parts_np(_apex(lp, parts, kids, spec, c), targets, spec, c=c)
         held = mar >= -tol
         if not held.any():
             break
@@ -257,11 +260,7 @@ def deepest_holder(
             pt = np.repeat(act, cnt)
             off = np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)
             cand = flat[np.repeat(ptr[cur[act]], cnt) + off]
-            apex = (
-                cones.apex_parts_np(lp[cand], spec, c=c)
-                if parts is None
-                else tuple(a[cand] for a in parts)
-            )
+            apex = _apex(lp, parts, cand, spec, c)
             mar = cones.margin_of_parts_np(apex, tuple(t[pt] for t in targets), spec, c=c)
             held = mar >= -tol
             pt, cand, mar, off = pt[held], cand[held], mar[held], off[held]

@@ -49,6 +49,9 @@ from .schemas import ImageSearchParams, ItemIn, SearchIn
 
 PATH = "/v1/search"
 IMAGE_PATH = "/v1/search/image"
+#: the scope key the lane (service.lane) sets on a request it tried and leaves to the
+#: route: this middleware does not try it again
+TRIED = "hypsearch.fast_path_tried"
 #: ``PUT`` of one item (service.routes.items.put_item)
 ITEMS = "/v1/items/"
 ITEM_ROUTE = "/v1/items/{item_id:path}"
@@ -163,7 +166,8 @@ class SearchFastPath:
         self.routes = routes or {}
 
     async def __call__(self, scope, receive, send):
-        claim = self.claim(scope) if scope["type"] == "http" else None
+        tried = scope.get(TRIED, False)  # the lane tried it already and left it to the route
+        claim = self.claim(scope) if scope["type"] == "http" and not tried else None
         if claim is None:
             await self.app(scope, receive, send)
             return

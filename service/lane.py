@@ -27,7 +27,7 @@ import time
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-from .fastpath import SearchFastPath
+from .fastpath import TRIED, SearchFastPath
 from .observability import RequestMiddleware, request_id, request_id_of, response_headers
 
 __all__ = ["Lane", "LaneProtocol", "protocol_class", "uvicorn_config"]
@@ -84,6 +84,7 @@ class LaneProtocol(HttpToolsProtocol):
             request_id.reset(token)
         if payload is None:
             if body is not None and not cycle.disconnected:  # the route answers it
+                scope[TRIED] = True
                 cycle.body = bytearray(body)
                 cycle.more_body = False
                 cycle.message_event.set()
